@@ -1,0 +1,176 @@
+"""One run: forward then backward on a device, with every registered hook recording to the CPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from app.core.devices import resolve_device
+from app.core.errors import RunError
+from app.core.hooks import HookRegistry, Record, StaleCapture
+from app.core.models import first_line
+from app.core.structure import tensor_leaves
+from app.core.tree import ModelSurvey, survey
+
+Target = int | str  # a class index, or "top1"
+
+
+class RunCancelled(Exception):
+    """The run was superseded by a newer one; its results are dropped."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    index: int
+    label: str
+    probability: float
+
+
+@dataclass
+class RunResult:
+    input: torch.Tensor  # (1, C, H, W), exactly as fed to the model, on the CPU
+    input_grad: torch.Tensor | None  # gradient of the target w.r.t. the input, via a tensor hook
+    scores: torch.Tensor | None  # (1, K) class scores when the output is class scores
+    top5: list[Prediction]
+    target_index: int | None
+    target: str  # what was differentiated, in words
+    records: list[Record]
+    survey: ModelSurvey
+    device: str
+    timings: dict[str, float] = field(default_factory=dict)  # forward_ms, backward_ms
+
+    def of_kind(self, *kinds: str) -> list[Record]:
+        return [r for r in self.records if r.kind in kinds]
+
+
+def class_scores(output: object) -> torch.Tensor | None:
+    """The (1, K) logits, when the model's output is class scores."""
+    if isinstance(output, torch.Tensor) and output.ndim == 2 and output.shape[0] == 1 and output.shape[1] > 1:
+        return output
+    return None
+
+
+def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None, str]:
+    """The scalar to differentiate: a class logit for class scores, otherwise the sum of the output."""
+    scores = class_scores(output)
+    if scores is None:
+        total = sum(t.sum() for _, t in tensor_leaves(output) if t.is_floating_point())
+        if not isinstance(total, torch.Tensor):
+            raise RunError("The model's output holds no floating-point tensor to differentiate.")
+        return total, None, "sum of the output"
+    if target == "top1":
+        index = int(scores.argmax(dim=1).item())
+        return scores[0, index], index, f"top-1 logit (class {index})"
+    index = int(target)
+    if not 0 <= index < scores.shape[1]:
+        raise RunError(f"Class {index} does not exist: the model has {scores.shape[1]} classes (0-{scores.shape[1] - 1}).")
+    return scores[0, index], index, f"logit of class {index}"
+
+
+def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: int = 5) -> list[Prediction]:
+    probabilities = torch.softmax(scores.detach().float().cpu()[0], dim=0)
+    values, indices = probabilities.topk(min(k, probabilities.numel()))
+    return [
+        Prediction(int(i), categories[int(i)] if categories else f"class {int(i)}", float(v))
+        for v, i in zip(values, indices)
+    ]
+
+
+def ensure_survey(model: nn.Module, registry: HookRegistry, x: torch.Tensor) -> ModelSurvey:
+    """Survey the model once per input shape (device included) and let the registry adapt to it."""
+    known = registry.survey
+    if known is None or known.input_shape != tuple(x.shape) or known.device != str(x.device):
+        known = survey(model, x)
+        registry.adopt_survey(known)
+    return known
+
+
+def capture_run(
+    model: nn.Module,
+    registry: HookRegistry,
+    x: torch.Tensor,
+    *,
+    device: str = "cpu",
+    target: Target = "top1",
+    categories: Sequence[str] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> RunResult:
+    """Run ``x`` (1, C, H, W) through ``model`` forward and backward, recording through ``registry``'s hooks.
+
+    Grad mode is per thread, so it is switched on here, in whichever thread runs the model. Only the input
+    needs a gradient (``inputs=``), so parameter gradients are neither computed nor kept.
+    """
+    dev = resolve_device(device)
+    try:
+        if next(model.parameters(), torch.empty(0)).device != dev:
+            model.to(dev)
+        with torch.enable_grad():
+            for attempt in range(3):
+                try:
+                    return _run_once(model, registry, x, dev, target, categories, cancelled)
+                except StaleCapture as stale:  # an in-place change the survey did not foresee
+                    registry.learn_clones(stale.paths)
+                except RuntimeError as error:
+                    if "BackwardHookFunction" not in str(error) or attempt:
+                        raise
+                    registry.use_fallback_everywhere()
+            raise RunError("Captured tensors kept changing in place; the run was abandoned.")
+    except torch.OutOfMemoryError as error:
+        raise RunError(f"Out of memory on {dev} ({first_line(error)}); try a smaller model or the CPU.") from error
+    finally:
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _run_once(
+    model: nn.Module,
+    registry: HookRegistry,
+    x: torch.Tensor,
+    dev: torch.device,
+    target: Target,
+    categories: Sequence[str] | None,
+    cancelled: Callable[[], bool] | None,
+) -> RunResult:
+    xin = x.detach().to(dev).clone().requires_grad_(True)
+    known = ensure_survey(model, registry, xin)
+    recorder = registry.new_recorder()
+    input_grads: list[torch.Tensor] = []
+    xin.register_hook(lambda grad: input_grads.append(grad.detach().to("cpu", copy=True)))
+    with registry.recording(recorder):
+        start = time.perf_counter()
+        output = model(xin)
+        _sync(dev)
+        forward_ms = (time.perf_counter() - start) * 1000
+        if cancelled is not None and cancelled():
+            raise RunCancelled()
+        objective, index, described = _objective(output, target)
+        start = time.perf_counter()
+        torch.autograd.backward(objective, inputs=[xin])
+        _sync(dev)
+        backward_ms = (time.perf_counter() - start) * 1000
+    recorder.verify()
+    scores = class_scores(output)
+    scores = scores.detach().to("cpu") if scores is not None else None
+    return RunResult(
+        input=x.detach().to("cpu"),
+        input_grad=input_grads[0] if input_grads else None,
+        scores=scores,
+        top5=top_predictions(scores, categories) if scores is not None else [],
+        target_index=index,
+        target=described,
+        records=recorder.records,
+        survey=known,
+        device=str(dev),
+        timings={"forward_ms": forward_ms, "backward_ms": backward_ms},
+    )
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()

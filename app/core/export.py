@@ -1,0 +1,114 @@
+"""Writing one run to a folder: manifest.json, the arrays as .npy/.npz, and one PNG mosaic per record.
+
+The layout is the contract of ``hookscope export``; the window's whole-run export writes the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from app.core.capture import RunResult
+from app.core.hooks import Record
+from app.core.models import LoadedModel
+from app.core.resources import apply_colormap
+from app.core.tree import module_tree
+from app.core.views import ChannelData, as_channels, grad_magnitude, mosaic
+
+# One archive per hook kind; a key is the record's key (path, "#k" for later calls, "/leaf" for leaves).
+ARCHIVES = {
+    "forward": "activations.npz",
+    "pre": "inputs.npz",
+    "backward": "gradients.npz",
+    "tensor": "tensor_gradients.npz",
+}
+GRADIENT_KINDS = ("backward", "tensor")
+
+
+def record_picture(record: Record) -> ChannelData:
+    """What a panel shows for a record: the values, or |grad| per channel for gradients."""
+    array = record.tensor.float().numpy()
+    if record.kind in GRADIENT_KINDS:
+        array = grad_magnitude(array)
+    return as_channels(array)
+
+
+def picture_image(picture: ChannelData, scaling: str = "channel") -> np.ndarray:
+    """A uint8 2-D image of a picture: a mosaic of maps, or a strip for a vector."""
+    if picture.kind == "maps":
+        return mosaic(picture.data, scaling=scaling)[0]
+    strip = picture.data.reshape(1, 1, -1)
+    return mosaic(strip, scaling="shared")[0]
+
+
+def write_png(image: np.ndarray, path: Path, colormap: str = "viridis") -> None:
+    """Save a uint8 (H, W) image through a colormap at its native resolution."""
+    Image.fromarray(apply_colormap(image, colormap)).save(path)
+
+
+def file_stem(key: str) -> str:
+    return key.replace("/", "__")
+
+
+def write_run(
+    result: RunResult,
+    loaded: LoadedModel,
+    out: Path,
+    *,
+    image: str,
+    kinds: tuple[str, ...],
+    png: bool = True,
+) -> dict:
+    """Write ``result`` into ``out`` and return the manifest that was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    np.save(out / "input.npy", result.input.numpy())
+    if result.input_grad is not None:
+        np.save(out / "input_grad.npy", result.input_grad.numpy())
+    for kind in kinds:
+        records = result.of_kind(kind)
+        np.savez(out / ARCHIVES[kind], **{r.key: r.tensor.numpy() for r in records})
+        if png:
+            folder = out / "png" / kind
+            folder.mkdir(parents=True, exist_ok=True)
+            for record in records:
+                write_png(picture_image(record_picture(record)), folder / f"{file_stem(record.key)}.png")
+    manifest = build_manifest(result, loaded, image=image, kinds=kinds)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def build_manifest(result: RunResult, loaded: LoadedModel, *, image: str, kinds: tuple[str, ...]) -> dict:
+    records_by_path: dict[str, list[dict]] = {}
+    for r in result.records:
+        records_by_path.setdefault(r.path, []).append(
+            {"kind": r.kind, "key": r.key, "call": r.call, "leaf": r.leaf, "shape": list(r.tensor.shape), "method": r.method}
+        )
+    modules = {}
+    for node in module_tree(loaded.module):
+        run = result.survey.run_of(node.path)
+        modules[node.path or "(model)"] = {
+            "type": node.type_name,
+            "params": node.params,
+            "ran": run.ran,
+            "calls": run.calls,
+            "output_shapes": [list(s) for s in run.output_shapes],
+            "records": records_by_path.get(node.path, []),
+        }
+    return {
+        "model": loaded.describe(),
+        "image": image,
+        "device": result.device,
+        "preprocessing": loaded.preprocess.describe(),
+        "input_shape": list(result.input.shape),
+        "target": {"index": result.target_index, "description": result.target},
+        "prediction_top5": [
+            {"index": p.index, "label": p.label, "probability": p.probability} for p in result.top5
+        ],
+        "timings_ms": result.timings,
+        "hook_kinds": list(kinds),
+        "archives": {kind: ARCHIVES[kind] for kind in kinds},
+        "modules": modules,
+    }

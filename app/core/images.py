@@ -1,0 +1,260 @@
+"""Reading image files safely and turning them into model inputs.
+
+Every failure to read a file becomes one readable :class:`ImageError` line that names the file, so the
+command line and the window can show it as is instead of a raw Pillow traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as F
+
+from app.core.errors import ImageError
+
+IMAGE_SUFFIXES: frozenset[str] = frozenset(
+    {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+)
+
+_INTERPOLATIONS: dict[str, InterpolationMode] = {
+    "bilinear": InterpolationMode.BILINEAR,
+    "bicubic": InterpolationMode.BICUBIC,
+    "nearest": InterpolationMode.NEAREST,
+}
+
+_BOMB_NUMBERS = re.compile(r"\((\d+) pixels\).*?limit of (\d+) pixels")
+
+
+def _display_name(path: str | os.PathLike) -> str:
+    """The path as the user gave it, on one line (a newline in a file name must not split the message)."""
+    name = os.fspath(path)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    return name.replace("\r", " ").replace("\n", " ")
+
+
+def _fail(name: str, reason: str) -> ImageError:
+    return ImageError(f"Cannot read '{name}': {reason}")
+
+
+def _bomb_reason(error: Exception) -> str:
+    """Pillow's bomb message carries the numbers; keep them but say it in our words."""
+    match = _BOMB_NUMBERS.search(str(error))
+    if match:
+        pixels, limit = match.groups()
+    else:
+        pixels, limit = "?", str(Image.MAX_IMAGE_PIXELS)
+    return f"the image is too large ({pixels} pixels; the limit is {limit}): it may be a decompression bomb."
+
+
+_SIGNATURES: tuple[bytes, ...] = (
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff",
+    b"GIF87a",
+    b"GIF89a",
+    b"BM",
+    b"II*\x00",
+    b"MM\x00*",
+)
+
+
+def _has_image_signature(path: str | os.PathLike) -> bool:
+    """A damaged file that starts like an image is 'corrupt', not 'not an image'."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(12)
+    except OSError:
+        return False
+    return head.startswith(_SIGNATURES) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+
+
+def _alpha_onto_white(image: Image.Image) -> Image.Image:
+    """Transparent pixels become white, as a viewer shows them, not black as a plain convert does."""
+    rgba = image.convert("RGBA")
+    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert("RGB")
+
+
+def _gray_array_to_rgb(values: np.ndarray) -> Image.Image:
+    gray = np.clip(np.rint(values), 0, 255).astype(np.uint8)
+    return Image.fromarray(gray).convert("RGB")
+
+
+def _scale_min_max(values: np.ndarray) -> np.ndarray:
+    lo, hi = float(values.min()), float(values.max())
+    if hi <= lo:
+        return np.zeros_like(values)
+    return (values - lo) * (255.0 / (hi - lo))
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """Any Pillow mode to 8-bit RGB without losing the picture: wide modes are scaled, not clipped."""
+    mode = image.mode
+    if mode == "RGB":
+        return image.copy()
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in image.info):
+        return _alpha_onto_white(image)
+    if mode.startswith("I;16"):
+        values = np.asarray(image).astype(np.float64)
+        return _gray_array_to_rgb(values / 257.0)
+    if mode == "I":
+        values = np.asarray(image).astype(np.float64)
+        if values.size and values.min() >= 0 and values.max() <= 65535:
+            # A 16-bit file (PNG, PGM, TIFF) loaded as 32-bit 'I': its real depth is 16 bits.
+            return _gray_array_to_rgb(values / 257.0)
+        return _gray_array_to_rgb(_scale_min_max(values) if values.size else values)
+    if mode == "F":
+        values = np.asarray(image).astype(np.float64)
+        values = np.where(np.isfinite(values), values, 0.0)
+        if values.size and values.min() >= 0 and values.max() <= 1:
+            return _gray_array_to_rgb(values * 255.0)
+        return _gray_array_to_rgb(_scale_min_max(values) if values.size else values)
+    return image.convert("RGB")
+
+
+def read_image(path: str | os.PathLike) -> Image.Image:
+    """Read an image file as RGB, upright per EXIF; any problem is one :class:`ImageError` line."""
+    name = _display_name(path)
+    if not os.path.exists(path):
+        raise _fail(name, "the file does not exist.")
+    if os.path.isdir(path):
+        raise _fail(name, "it is a folder, not an image file.")
+    try:
+        if os.path.getsize(path) == 0:
+            raise _fail(name, "the file is empty.")
+    except OSError as error:
+        raise _fail(name, f"the file cannot be opened ({error.strerror or type(error).__name__}).") from error
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            with Image.open(path) as opened:
+                opened.load()
+                try:
+                    upright = ImageOps.exif_transpose(opened)
+                except Exception:  # noqa: BLE001 - a broken EXIF block must not make the picture unreadable
+                    upright = opened
+                if upright is None:
+                    upright = opened
+                try:
+                    return _to_rgb(upright)
+                except (ValueError, OSError) as error:
+                    raise _fail(name, f"its colour mode '{upright.mode}' is not supported.") from error
+        except ImageError:
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+            raise _fail(name, _bomb_reason(error)) from error
+        except UnidentifiedImageError as error:
+            if _has_image_signature(path):
+                raise _fail(name, "the file is truncated or corrupt.") from error
+            raise _fail(name, "it is not an image file (or its format is not supported).") from error
+        except PermissionError as error:
+            raise _fail(name, "permission denied.") from error
+        except MemoryError as error:
+            raise _fail(name, "there is not enough memory to load it.") from error
+        except Exception as error:  # noqa: BLE001 - Pillow reports damaged files with many exception types
+            raise _fail(name, "the file is truncated or corrupt.") from error
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How a model wants its input: the same steps as torchvision's ``ImageClassification`` preset."""
+
+    resize: int | None
+    crop: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    channels: int = 3
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+        if self.channels not in (1, 3):
+            raise ValueError(f"Preprocess channels must be 1 or 3, not {self.channels}.")
+        if len(self.mean) != self.channels or len(self.std) != self.channels:
+            raise ValueError(
+                f"Preprocess mean and std need {self.channels} values each, "
+                f"got {len(self.mean)} and {len(self.std)}."
+            )
+        if any(s == 0 for s in self.std):
+            raise ValueError("Preprocess std values must not be zero.")
+        if self.interpolation not in _INTERPOLATIONS:
+            raise ValueError(
+                f"Unknown interpolation '{self.interpolation}'; use one of {', '.join(_INTERPOLATIONS)}."
+            )
+        if self.crop <= 0 or (self.resize is not None and self.resize <= 0):
+            raise ValueError("Preprocess sizes must be positive.")
+
+    def to_tensor(self, image: Image.Image) -> torch.Tensor:
+        """A (1, channels, crop, crop) float32 batch, identical to the torchvision preset's output."""
+        wanted = "L" if self.channels == 1 else "RGB"
+        img = image if image.mode == wanted else image.convert(wanted)
+        if self.resize is not None:
+            mode = _INTERPOLATIONS[self.interpolation]
+            img = F.resize(img, [self.resize], interpolation=mode, antialias=True)
+        img = F.center_crop(img, [self.crop])
+        tensor = F.convert_image_dtype(F.pil_to_tensor(img), torch.float)
+        tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
+        return tensor.unsqueeze(0)
+
+    def to_display(self, tensor: torch.Tensor) -> np.ndarray:
+        """Undo the normalisation: the image as the model sees it, as uint8 HxWx3."""
+        data = tensor.detach().to("cpu", torch.float32)
+        if data.ndim == 4:
+            if data.shape[0] != 1:
+                raise ValueError(f"to_display takes one image, got a batch of {data.shape[0]}.")
+            data = data[0]
+        if data.ndim != 3 or data.shape[0] != self.channels:
+            raise ValueError(f"to_display expects ({self.channels}, H, W), got {tuple(tensor.shape)}.")
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
+        pixels = (data * std + mean) * 255.0
+        pixels = torch.nan_to_num(pixels, nan=0.0).round().clamp(0, 255).to(torch.uint8)
+        array = pixels.permute(1, 2, 0).numpy()
+        if array.shape[2] == 1:
+            array = np.repeat(array, 3, axis=2)
+        return np.ascontiguousarray(array)
+
+    def describe(self) -> dict[str, Any]:
+        """All fields as plain JSON values, for run records and the command line."""
+        data = asdict(self)
+        data["mean"] = list(self.mean)
+        data["std"] = list(self.std)
+        return data
+
+    @classmethod
+    def from_torchvision(cls, transforms: Any) -> Preprocess:
+        """Sizes and statistics of a torchvision ``ImageClassification`` preset (``weights.transforms()``)."""
+
+        def first(value: Any) -> int | None:
+            if value is None:
+                return None
+            if isinstance(value, (list, tuple)):
+                if len(value) != 1:
+                    raise ValueError(f"Only a single shorter-side size is supported, got {list(value)}.")
+                return int(value[0])
+            return int(value)
+
+        crop = first(transforms.crop_size)
+        if crop is None:
+            raise ValueError("The torchvision transforms have no crop size.")
+        interpolation = transforms.interpolation
+        name = interpolation.value if isinstance(interpolation, InterpolationMode) else str(interpolation)
+        mean = tuple(float(v) for v in transforms.mean)
+        return cls(
+            resize=first(transforms.resize_size),
+            crop=crop,
+            mean=mean,
+            std=tuple(float(v) for v in transforms.std),
+            channels=len(mean),
+            interpolation=name,
+        )

@@ -1,0 +1,285 @@
+"""Turning layer outputs and gradients into 2-D pictures: pure numpy, so it is cheap to test and reuse.
+
+The caller converts tensors to numpy; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ChannelData:
+    """A layer output in one of three shapes the views can draw, and how it got that shape."""
+
+    kind: str  # "maps" (C,H,W) | "vector" (C,) | "scalar" (1,)
+    data: np.ndarray
+    note: str = ""
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(n) for n in shape)
+
+
+def _perfect_square_side(n: int) -> int | None:
+    if n <= 0:
+        return None
+    side = math.isqrt(n)
+    return side if side * side == n else None
+
+
+def token_grid(tokens: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """Transformer tokens (N, C) laid back on their patch grid as (C, s, s); None when N is not a grid."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2:
+        return None
+    n, c = tokens.shape
+    side = _perfect_square_side(n)
+    if side is not None:
+        grid = tokens.T.reshape(c, side, side)
+        return np.ascontiguousarray(grid), f"tokens {n}x{c} -> {side}x{side} grid"
+    side = _perfect_square_side(n - 1)
+    if side is not None:
+        grid = tokens[1:].T.reshape(c, side, side)
+        return np.ascontiguousarray(grid), f"tokens {n}x{c} -> {side}x{side} grid (class token dropped)"
+    return None
+
+
+def as_channels(array: np.ndarray) -> ChannelData:
+    """Interpret any layer output as maps, a vector or a scalar, so every layer gets a sensible picture."""
+    data = np.asarray(array)
+    notes: list[str] = []
+    if data.ndim >= 2 and data.shape[0] == 1:
+        data = data[0]
+    if np.iscomplexobj(data):
+        data = np.abs(data)
+        notes.append("complex values shown as magnitudes")
+    data = data.astype(np.float32, copy=False)
+
+    if data.ndim == 0:
+        kind, data = "scalar", data.reshape(1)
+    elif data.ndim == 1:
+        kind = "vector"
+    elif data.ndim == 2:
+        grid = token_grid(data)
+        if grid is not None:
+            kind, data = "maps", grid[0]
+            notes.append(grid[1])
+        else:
+            kind = "maps"
+            notes.append(f"{_shape_text(data.shape)} output shown as one map")
+            data = data[np.newaxis]
+    elif data.ndim == 3:
+        kind = "maps"
+        h, w, c = data.shape
+        if h == w and c > h:
+            data = np.ascontiguousarray(data.transpose(2, 0, 1))
+            notes.append(f"channels-last {h}x{w}x{c} -> {c} maps of {h}x{w}")
+    else:
+        kind = "maps"
+        original = data.shape
+        data = data.reshape(-1, original[-2], original[-1])
+        notes.append(
+            f"{len(original)}-D output {_shape_text(original)} -> "
+            f"{data.shape[0]} maps of {original[-2]}x{original[-1]} (leading dims merged)"
+        )
+
+    finite = np.isfinite(data)
+    if not finite.all():
+        bad = int(data.size - np.count_nonzero(finite))
+        data = np.where(finite, data, np.float32(0))
+        notes.append(f"{bad} non-finite value{'s' if bad != 1 else ''} (NaN/inf) replaced by 0")
+    return ChannelData(kind=kind, data=np.ascontiguousarray(data, dtype=np.float32), note="; ".join(notes))
+
+
+@dataclass(frozen=True)
+class MosaicLayout:
+    """Where each channel sits in a mosaic, so a mouse position can be mapped back to a channel."""
+
+    channels: int
+    cols: int
+    rows: int
+    tile_h: int
+    tile_w: int
+    pad: int
+    order: tuple[int, ...] | None = None
+
+    def tile_at(self, x: float, y: float) -> int | None:
+        """Channel index under mosaic pixel (x = column, y = row); None in padding or past the last tile."""
+        if not (math.isfinite(x) and math.isfinite(y)) or x < 0 or y < 0:
+            return None
+        step_x, step_y = self.tile_w + self.pad, self.tile_h + self.pad
+        if step_x <= 0 or step_y <= 0:
+            return None
+        xi, yi = math.floor(x), math.floor(y)
+        col, row = xi // step_x, yi // step_y
+        if xi - col * step_x >= self.tile_w or yi - row * step_y >= self.tile_h:
+            return None
+        if col >= self.cols or row >= self.rows:
+            return None
+        tile = row * self.cols + col
+        if tile >= self.channels:
+            return None
+        return self.order[tile] if self.order is not None else tile
+
+    def tile_origin(self, index: int) -> tuple[int, int]:
+        """Top-left (x, y) of the tile showing channel ``index`` (with ``order``, wherever it was placed)."""
+        if self.order is not None:
+            try:
+                tile = self.order.index(index)
+            except ValueError:
+                raise IndexError(f"Channel {index} is not shown in this mosaic.") from None
+        else:
+            if not 0 <= index < self.channels:
+                raise IndexError(f"Channel {index} is out of range (0..{self.channels - 1}).")
+            tile = index
+        row, col = divmod(tile, self.cols)
+        return col * (self.tile_w + self.pad), row * (self.tile_h + self.pad)
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float32)
+    if not np.isfinite(values).all():
+        values = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+    return values
+
+
+def mosaic(
+    maps: np.ndarray,
+    scaling: str = "channel",
+    cols: int | None = None,
+    pad: int = 1,
+    order: np.ndarray | None = None,
+) -> tuple[np.ndarray, MosaicLayout]:
+    """All channels of (C,H,W) as one uint8 picture of tiles: one image upload instead of C widgets."""
+    values = np.asarray(maps, dtype=np.float32)
+    if values.ndim == 2:
+        values = values[np.newaxis]
+    if values.ndim != 3:
+        raise ValueError(f"mosaic expects maps of shape (C, H, W), got {values.shape}.")
+    if scaling not in ("channel", "shared"):
+        raise ValueError(f"Unknown scaling '{scaling}'; use 'channel' or 'shared'.")
+    if pad < 0:
+        raise ValueError("mosaic pad must not be negative.")
+    index: np.ndarray | None = None
+    order_tuple: tuple[int, ...] | None = None
+    if order is not None:
+        index = np.asarray(order, dtype=np.intp).reshape(-1)
+        total = values.shape[0]
+        if index.size and (index.min() < -total or index.max() >= total):
+            raise ValueError("mosaic order holds a channel index out of range.")
+        index = np.where(index < 0, index + total, index)
+        order_tuple = tuple(int(i) for i in index)
+
+    count = values.shape[0] if index is None else index.size
+    h, w = values.shape[1], values.shape[2]
+    if count == 0 or h == 0 or w == 0:
+        return np.zeros((0, 0), dtype=np.uint8), MosaicLayout(count, 0, 0, h, w, pad, order_tuple)
+    if cols is None:
+        cols = math.ceil(math.sqrt(count))
+    cols = max(1, min(int(cols), count))
+    rows = math.ceil(count / cols)
+
+    lo, scale = _scaling(values, scaling)
+    if lo is None:  # NaN or inf somewhere: only then pay for a cleaned copy
+        values = _finite(values)
+        lo, scale = _scaling(values, scaling)
+    assert lo is not None and scale is not None
+    if index is not None and scaling == "channel":
+        lo, scale = lo[index], scale[index]
+
+    picture = np.zeros((rows * (h + pad) - pad, cols * (w + pad) - pad), dtype=np.uint8)
+    # A (rows, h, cols, w) window onto the tiles' pixels of the final picture: written once, no padding pass.
+    row_stride = picture.strides[0]
+    tiles = np.lib.stride_tricks.as_strided(
+        picture,
+        shape=(rows, h, cols, w),
+        strides=((h + pad) * row_stride, row_stride, (w + pad), 1),
+        writeable=True,
+    )
+    # A few tile rows at a time through one small reused buffer: a fresh full-size float temporary costs
+    # more in page faults than the arithmetic. The loop is over tile rows (a few dozen), not channels.
+    step = max(1, _CHUNK_VALUES // (cols * h * w))
+    buffer = np.empty(min(rows, step) * cols * h * w, dtype=np.float32)
+    per_channel = lo.shape[0] > 1
+    for first_row in range(0, rows, step):
+        start, stop = first_row * cols, min(count, (first_row + step) * cols)
+        n = stop - start
+        work = buffer[: n * h * w].reshape(n, h, w)
+        source = values[start:stop] if index is None else values[index[start:stop]]
+        chunk_lo = lo[start:stop] if per_channel else lo
+        chunk_scale = scale[start:stop] if per_channel else scale
+        # (v - lo) * 255 / span + 0.5 lies in [0.5, 255.5], so the uint8 cast rounds and cannot wrap.
+        np.subtract(source, chunk_lo, out=work)
+        np.multiply(work, chunk_scale, out=work)
+        np.add(work, np.float32(0.5), out=work)
+        full = n // cols
+        if full:
+            block = work[: full * cols].reshape(full, cols, h, w)
+            tiles[first_row : first_row + full] = block.transpose(0, 2, 1, 3)
+        if n > full * cols:
+            tiles[first_row + full, :, : n - full * cols] = work[full * cols :].transpose(1, 0, 2)
+    return picture, MosaicLayout(count, cols, rows, h, w, pad, order_tuple)
+
+
+_CHUNK_VALUES = 1 << 16
+
+
+def _scaling(values: np.ndarray, scaling: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per-channel (or shared) offset and factor to 0..255; (None, None) when values are not all finite."""
+    if scaling == "channel":
+        lo = values.min(axis=(1, 2), keepdims=True)
+        hi = values.max(axis=(1, 2), keepdims=True)
+    else:
+        lo = np.full((1, 1, 1), values.min(), dtype=np.float32)
+        hi = np.full((1, 1, 1), values.max(), dtype=np.float32)
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+        return None, None
+    span = hi.astype(np.float64) - lo.astype(np.float64)
+    scale = np.divide(255.0, span, out=np.zeros_like(span), where=span > 0).astype(np.float32)
+    return lo, scale
+
+
+def channel_stats(maps: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-channel mean, max, min, std and fraction of exact zeros: for sorting and for the channel table."""
+    values = np.asarray(maps)
+    if values.ndim == 0:
+        values = values.reshape(1)
+    flat = values.reshape(values.shape[0], -1).astype(np.float64, copy=False)
+    if flat.shape[1] == 0:
+        empty = np.zeros(flat.shape[0], dtype=np.float64)
+        return {key: empty.copy() for key in ("mean", "max", "min", "std", "zero_fraction")}
+    return {
+        "mean": flat.mean(axis=1),
+        "max": flat.max(axis=1),
+        "min": flat.min(axis=1),
+        "std": flat.std(axis=1),
+        "zero_fraction": np.count_nonzero(flat == 0, axis=1) / flat.shape[1],
+    }
+
+
+def grad_magnitude(array: np.ndarray) -> np.ndarray:
+    """Gradients matter by size, not sign, when looking for what the output is sensitive to."""
+    return np.abs(np.asarray(array)).astype(np.float32, copy=False)
+
+
+def to_uint8(map2d: np.ndarray, lo: float | None = None, hi: float | None = None) -> np.ndarray:
+    """One map to 0..255 between lo and hi (its own min/max by default); a flat map becomes 0."""
+    values = _finite(map2d)
+    if values.size == 0:
+        return np.zeros(values.shape, dtype=np.uint8)
+    low = float(values.min()) if lo is None else float(lo)
+    high = float(values.max()) if hi is None else float(hi)
+    if not high > low:
+        return np.zeros(values.shape, dtype=np.uint8)
+    scaled = (values - np.float32(low)) * np.float32(255.0 / (high - low)) + np.float32(0.5)
+    return np.clip(scaled, 0, 255).astype(np.uint8)
+
+
+def sort_order(values: np.ndarray, descending: bool = True) -> np.ndarray:
+    """Stable channel order by a statistic (e.g. mean activation or |grad|); ties keep channel order."""
+    keys = np.asarray(values, dtype=np.float64).reshape(-1)
+    return np.argsort(-keys if descending else keys, kind="stable")

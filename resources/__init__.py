@@ -1,0 +1,1 @@
+# Data shipped with Hookscope (sample photographs, colormaps, icons). Installed as the package `app.resources`.

@@ -1,0 +1,11 @@
+"""Test configuration shared by tests/core and tests/ui.
+
+Qt runs offscreen in every test (set here, before anything imports Qt), and torch is imported before Qt, as in
+the app. Torch is limited to the machine's cores so that a test run does not oversubscribe a small CI machine.
+"""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import torch  # noqa: E402,F401  (before any Qt import)

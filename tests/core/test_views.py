@@ -1,0 +1,288 @@
+"""Layer outputs to pictures: token grids, channel interpretation, mosaics and their hit testing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.core.views import (
+    ChannelData,
+    MosaicLayout,
+    as_channels,
+    channel_stats,
+    grad_magnitude,
+    mosaic,
+    sort_order,
+    to_uint8,
+    token_grid,
+)
+
+RNG = np.random.default_rng(0)
+
+
+def _random(*shape: int) -> np.ndarray:
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+# --- token_grid ---------------------------------------------------------------------------------------
+
+
+def test_token_grid_vit_b16_drops_class_token() -> None:
+    tokens = _random(197, 768)
+    result = token_grid(tokens)
+    assert result is not None
+    grid, note = result
+    assert grid.shape == (768, 14, 14)
+    assert np.array_equal(grid, tokens[1:].reshape(14, 14, 768).transpose(2, 0, 1))
+    assert "class token" in note and "14x14" in note
+
+
+def test_token_grid_without_class_token() -> None:
+    tokens = _random(196, 32)
+    grid, note = token_grid(tokens)  # type: ignore[misc]
+    assert grid.shape == (32, 14, 14)
+    assert np.array_equal(grid[:, 2, 3], tokens[2 * 14 + 3])
+    assert "class token" not in note
+
+
+def test_token_grid_vit_b32() -> None:
+    tokens = _random(50, 16)
+    grid, _ = token_grid(tokens)  # type: ignore[misc]
+    assert grid.shape == (16, 7, 7)
+    assert np.array_equal(grid[:, 0, 0], tokens[1])
+
+
+def test_token_grid_not_a_grid() -> None:
+    assert token_grid(_random(198, 8)) is None
+    assert token_grid(_random(0, 8)) is None
+
+
+# --- as_channels --------------------------------------------------------------------------------------
+
+
+def test_as_channels_batched_maps() -> None:
+    array = _random(1, 8, 5, 6)
+    result = as_channels(array)
+    assert isinstance(result, ChannelData)
+    assert result.kind == "maps" and result.data.shape == (8, 5, 6)
+    assert result.data.dtype == np.float32
+    assert np.array_equal(result.data, array[0])
+
+
+def test_as_channels_batched_vector() -> None:
+    result = as_channels(_random(1, 1000))
+    assert result.kind == "vector" and result.data.shape == (1000,)
+
+
+def test_as_channels_scalar() -> None:
+    result = as_channels(np.float64(2.5))
+    assert result.kind == "scalar" and result.data.shape == (1,) and result.data[0] == 2.5
+
+
+def test_as_channels_vit_tokens() -> None:
+    array = _random(1, 197, 768)
+    result = as_channels(array)
+    assert result.kind == "maps" and result.data.shape == (768, 14, 14)
+    assert np.array_equal(result.data, array[0, 1:].T.reshape(768, 14, 14))
+    assert "class token" in result.note
+
+
+def test_as_channels_non_grid_2d_is_one_map() -> None:
+    result = as_channels(_random(11, 20))
+    assert result.kind == "maps" and result.data.shape == (1, 11, 20)
+
+
+def test_as_channels_channels_last() -> None:
+    array = _random(7, 7, 768)
+    result = as_channels(array)
+    assert result.kind == "maps" and result.data.shape == (768, 7, 7)
+    assert np.array_equal(result.data[5], array[:, :, 5])
+    assert "channels-last" in result.note
+    batched = as_channels(array[np.newaxis])
+    assert batched.data.shape == (768, 7, 7)
+
+
+def test_as_channels_channels_first_is_kept() -> None:
+    result = as_channels(_random(64, 7, 7))
+    assert result.data.shape == (64, 7, 7) and result.note == ""
+
+
+def test_as_channels_merges_leading_dims() -> None:
+    result = as_channels(_random(2, 3, 4, 5, 6))
+    assert result.kind == "maps" and result.data.shape == (24, 5, 6)
+
+
+def test_as_channels_replaces_non_finite() -> None:
+    array = _random(1, 2, 3, 3)
+    array[0, 0, 0, 0] = np.nan
+    array[0, 1, 2, 2] = np.inf
+    result = as_channels(array)
+    assert np.isfinite(result.data).all()
+    assert result.data[0, 0, 0] == 0 and result.data[1, 2, 2] == 0
+    assert "non-finite" in result.note
+
+
+def test_as_channels_integer_input() -> None:
+    result = as_channels(np.arange(6, dtype=np.int64))
+    assert result.kind == "vector" and result.data.dtype == np.float32
+
+
+# --- mosaic -------------------------------------------------------------------------------------------
+
+
+def test_mosaic_shape_and_layout() -> None:
+    maps = _random(10, 5, 7)
+    picture, layout = mosaic(maps, pad=2)
+    assert layout == MosaicLayout(channels=10, cols=4, rows=3, tile_h=5, tile_w=7, pad=2)
+    assert picture.shape == (3 * 7 - 2, 4 * 9 - 2)
+    assert picture.dtype == np.uint8 and picture.flags["C_CONTIGUOUS"]
+    assert picture[5:7, :].max() == 0  # padding rows
+    assert picture[:, 7:9].max() == 0  # padding columns
+    assert picture[14:, 2 * 9 :].max() == 0  # empty tiles after the last channel
+
+
+def test_mosaic_explicit_cols() -> None:
+    picture, layout = mosaic(_random(6, 3, 3), cols=6, pad=0)
+    assert (layout.cols, layout.rows) == (6, 1)
+    assert picture.shape == (3, 18)
+
+
+def test_mosaic_per_channel_scaling() -> None:
+    maps = _random(9, 4, 4)
+    maps[3] *= 100
+    maps[4] = 7.0  # constant
+    picture, layout = mosaic(maps)
+    for channel in range(9):
+        x, y = layout.tile_origin(channel)
+        tile = picture[y : y + 4, x : x + 4]
+        if channel == 4:
+            assert tile.max() == 0
+            continue
+        assert tile.max() == 255 and tile.min() == 0
+        expected = np.rint((maps[channel] - maps[channel].min()) / np.ptp(maps[channel]) * 255)
+        assert np.abs(tile.astype(int) - expected).max() <= 1
+
+
+def test_mosaic_shared_scaling() -> None:
+    maps = np.stack([np.full((2, 2), 0.0), np.full((2, 2), 1.0), np.full((2, 2), 2.0)]).astype(np.float32)
+    picture, layout = mosaic(maps, scaling="shared", pad=1)
+    values = [int(picture[y, x]) for x, y in (layout.tile_origin(c) for c in range(3))]
+    assert values == [0, 128, 255]
+
+
+def test_mosaic_handles_non_finite_and_rejects_bad_scaling() -> None:
+    maps = _random(2, 3, 3)
+    maps[0, 0, 0] = np.nan
+    picture, _ = mosaic(maps)
+    assert picture.shape == (3, 7)
+    with pytest.raises(ValueError):
+        mosaic(maps, scaling="log")
+
+
+def test_tile_at_centres_and_padding() -> None:
+    maps = _random(7, 6, 4)
+    picture, layout = mosaic(maps, pad=1)
+    for channel in range(7):
+        x, y = layout.tile_origin(channel)
+        assert layout.tile_at(x + 2.0, y + 3.0) == channel
+        assert layout.tile_at(x + 3.9, y + 5.9) == channel
+    assert layout.tile_at(4.0, 1.0) is None  # padding column
+    assert layout.tile_at(1.0, 6.5) is None  # padding row
+    assert layout.tile_at(-1.0, 0.0) is None
+    assert layout.tile_at(1.0 * picture.shape[1] + 3, 0.0) is None
+    x, y = 2 * 5 + 1, 2 * 7 + 1  # the empty 9th tile
+    assert layout.tile_at(x, y) is None
+
+
+def test_tile_at_with_order() -> None:
+    maps = np.arange(5, dtype=np.float32)[:, None, None] * np.ones((5, 3, 3), dtype=np.float32)
+    maps += RNG.normal(size=maps.shape).astype(np.float32) * 0.01
+    order = sort_order(maps.mean(axis=(1, 2)))
+    assert order.tolist() == [4, 3, 2, 1, 0]
+    picture, layout = mosaic(maps, scaling="shared", order=order)
+    assert layout.order == (4, 3, 2, 1, 0)
+    assert layout.tile_at(1.0, 1.0) == 4  # first tile shows the strongest channel
+    for channel in range(5):
+        x, y = layout.tile_origin(channel)
+        assert layout.tile_at(x + 1.5, y + 1.5) == channel
+    x, y = layout.tile_origin(4)
+    assert (x, y) == (0, 0) and picture[y + 1, x + 1] >= 250
+
+
+def test_tile_origin_out_of_range() -> None:
+    _, layout = mosaic(_random(3, 2, 2))
+    with pytest.raises(IndexError):
+        layout.tile_origin(3)
+
+
+def test_mosaic_large_inputs() -> None:
+    for shape in ((2048, 7, 7), (512, 56, 56)):
+        picture, layout = mosaic(_random(*shape))
+        c, h, w = shape
+        assert layout.channels == c
+        assert picture.shape == (layout.rows * (h + 1) - 1, layout.cols * (w + 1) - 1)
+
+
+# --- stats and helpers --------------------------------------------------------------------------------
+
+
+def test_channel_stats_maps() -> None:
+    maps = np.maximum(_random(6, 5, 5), 0)
+    stats = channel_stats(maps)
+    flat = maps.reshape(6, -1).astype(np.float64)
+    np.testing.assert_allclose(stats["mean"], flat.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(stats["max"], flat.max(axis=1))
+    np.testing.assert_allclose(stats["min"], flat.min(axis=1))
+    np.testing.assert_allclose(stats["std"], flat.std(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(stats["zero_fraction"], (flat == 0).mean(axis=1))
+
+
+def test_channel_stats_vector() -> None:
+    vector = np.array([0.0, 2.0, -1.0], dtype=np.float32)
+    stats = channel_stats(vector)
+    assert stats["mean"].tolist() == [0.0, 2.0, -1.0]
+    assert stats["std"].tolist() == [0.0, 0.0, 0.0]
+    assert stats["zero_fraction"].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_grad_magnitude() -> None:
+    result = grad_magnitude(np.array([-2.0, 0.5], dtype=np.float64))
+    assert result.dtype == np.float32 and result.tolist() == [2.0, 0.5]
+
+
+def test_to_uint8() -> None:
+    values = np.array([[0.0, 1.0], [2.0, 4.0]], dtype=np.float32)
+    assert to_uint8(values).tolist() == [[0, 64], [128, 255]]
+    assert to_uint8(values, lo=0.0, hi=2.0).tolist() == [[0, 128], [255, 255]]
+    assert to_uint8(np.full((2, 2), 3.0)).max() == 0
+
+
+def test_sort_order_is_stable() -> None:
+    values = np.array([1.0, 3.0, 1.0, 3.0, 2.0])
+    assert sort_order(values).tolist() == [1, 3, 4, 0, 2]
+    assert sort_order(values, descending=False).tolist() == [0, 2, 4, 1, 3]
+
+
+def _reference_mosaic(maps: np.ndarray, cols: int, pad: int) -> np.ndarray:
+    """The obvious per-channel loop, to check the vectorised version against."""
+    count, h, w = maps.shape
+    rows = -(-count // cols)
+    picture = np.zeros((rows * (h + pad) - pad, cols * (w + pad) - pad), dtype=np.uint8)
+    for channel in range(count):
+        row, col = divmod(channel, cols)
+        tile = maps[channel].astype(np.float64)
+        span = tile.max() - tile.min()
+        scaled = np.zeros_like(tile) if span == 0 else (tile - tile.min()) / span * 255
+        y, x = row * (h + pad), col * (w + pad)
+        picture[y : y + h, x : x + w] = np.floor(scaled + 0.5)
+    return picture
+
+
+@pytest.mark.parametrize("shape, pad", [((2000, 7, 7), 1), ((37, 30, 20), 0), ((3, 64, 64), 3)])
+def test_mosaic_matches_reference_loop_with_order(shape: tuple[int, int, int], pad: int) -> None:
+    maps = _random(*shape)
+    order = RNG.permutation(shape[0])
+    picture, layout = mosaic(maps, pad=pad, order=order)
+    expected = _reference_mosaic(maps[order], layout.cols, pad)
+    assert picture.shape == expected.shape
+    assert np.abs(picture.astype(int) - expected).max() <= 1
