@@ -139,23 +139,35 @@ def _output_folders(images: list[str], out: Path) -> list[Path]:
     return folders
 
 
+def load_for_cli(args: argparse.Namespace):
+    """The model the command line asked for (catalogue name and weights), with its notice printed."""
+    from app.core.models import load_model
+
+    loaded = load_model(args.model, args.weights, args.seed)
+    if loaded.notice:
+        print(f"hookscope: {loaded.notice}", file=sys.stderr)
+    return loaded
+
+
+def register_for_cli(registry, args: argparse.Namespace) -> None:
+    """Register the requested hooks (and, later, edits) on the registry."""
+    for path in _select_layers(args.layers, registry.paths):
+        for kind in args.hooks:
+            registry.add(path, kind)
+
+
 def run_export(args: argparse.Namespace) -> int:
     from app.core.capture import capture_run
     from app.core.devices import resolve_device
     from app.core.export import write_run
     from app.core.hooks import HookRegistry
     from app.core.images import read_image
-    from app.core.models import load_model
 
     resolve_device(args.device)
     images = [read_image(path) for path in args.image]  # fail on a bad image before the slow part
-    loaded = load_model(args.model, args.weights, args.seed)
-    if loaded.notice:
-        print(f"hookscope: {loaded.notice}", file=sys.stderr)
+    loaded = load_for_cli(args)
     with HookRegistry(loaded.module) as registry:
-        for path in _select_layers(args.layers, registry.paths):
-            for kind in args.hooks:
-                registry.add(path, kind)
+        register_for_cli(registry, args)
         for name, image, folder in zip(args.image, images, _output_folders(args.image, Path(args.out))):
             x = loaded.preprocess.to_tensor(image)
             result = capture_run(
