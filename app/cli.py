@@ -17,7 +17,7 @@ from app import __version__
 from app.core.errors import HookscopeError
 from app.core.hooks import KINDS
 
-SUBCOMMANDS = ("export", "bench")
+SUBCOMMANDS = ("export", "bench", "download")
 
 
 def _csv(text: str) -> list[str]:
@@ -42,7 +42,9 @@ def _kinds(text: str) -> list[str]:
 
 
 def _add_model_options(parser: argparse.ArgumentParser, default_weights: str) -> None:
-    parser.add_argument("--model", default="resnet18", help="torchvision model name (default: resnet18)")
+    parser.add_argument(
+        "--model", default="resnet18", help="torchvision model name, or timm/NAME when timm is installed (default: resnet18)"
+    )
     parser.add_argument(
         "--weights",
         default=default_weights,
@@ -52,11 +54,30 @@ def _add_model_options(parser: argparse.ArgumentParser, default_weights: str) ->
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
 
 
-def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+def _add_model_file_options(parser: argparse.ArgumentParser) -> None:
+    """Your own model: a weights file for a catalogue architecture, a pickled model, or a Python factory."""
+    parser.add_argument(
+        "--model-file",
+        metavar="PATH",
+        help="open a model file instead of --model: a state_dict (.pt/.pth/.bin/.safetensors, with --arch), "
+        "a pickled nn.Module (with --trust) or model.py:FACTORY (with --trust)",
+    )
+    parser.add_argument("--arch", metavar="NAME", help="the catalogue architecture a --model-file state_dict belongs to")
+    parser.add_argument(
+        "--trust", action="store_true", help="allow running code from --model-file (unpickling, importing a .py)"
+    )
+    parser.add_argument(
+        "--non-strict",
+        action="store_true",
+        help="load the tensors of a state_dict that fit and report the rest, instead of refusing",
+    )
+
+
+def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
     gui = argparse.ArgumentParser(
         prog="hookscope",
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
-        epilog="Headless: 'hookscope export --help' and 'hookscope bench --help'.",
+        epilog="Headless: 'hookscope export --help', 'hookscope bench --help' and 'hookscope download --help'.",
     )
     gui.add_argument("image", nargs="?", help="image to open (default: the bundled sample photograph)")
     _add_model_options(gui, default_weights="default")
@@ -68,31 +89,62 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
 
     export = argparse.ArgumentParser(prog="hookscope export", description="Run images through a hooked model and write what the hooks saw.")
     _add_model_options(export, default_weights="none")
-    export.add_argument("--image", action="append", required=True, help="image file (repeat for several)")
+    export.add_argument("--image", action="append", help="image file (repeat for several)")
+    export.add_argument("--images", metavar="DIR", help="every image in a folder: one subfolder each plus summary.csv")
+    export.add_argument("--recursive", action="store_true", help="with --images: look in subfolders too")
+    export.add_argument("--resume", action="store_true", help="with --images: keep images an earlier run finished")
+    export.add_argument("--session", metavar="FILE", help="run a saved session (model, hooks, edits, images) headlessly")
     export.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
     export.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds: forward,pre,backward,tensor")
     export.add_argument("--target", type=_target, default="top1", help="'top1' or a class index for the gradient")
     export.add_argument("--out", default="hookscope-out", help="output folder (default: hookscope-out)")
     export.add_argument("--no-png", action="store_true", help="skip the PNG mosaics")
+    export.add_argument(
+        "--edit",
+        action="append",
+        metavar="SPEC",
+        help="change what flows through a hook (repeat for several): zero:PATH:3,5, keep:PATH:7, scale:PATH:0.5, "
+        "scale-input:PATH:2, scale-grad:PATH:1.6, scale-grad-input:PATH:1.6, mix:PATH:0.7:OTHER_IMAGE",
+    )
     export.add_argument("--debug", action="store_true", help="show tracebacks")
+    _add_model_file_options(export)
 
     bench = argparse.ArgumentParser(prog="hookscope bench", description="Time hooked against bare forward+backward.")
     _add_model_options(bench, default_weights="none")
-    bench.add_argument("--layers", default="all", help="'all' or module paths separated by commas")
+    bench.add_argument(
+        "--layers", help="'all' (default) or module paths separated by commas; with --batch: 10 spread modules"
+    )
+    bench.add_argument(
+        "--batch", action="store_true", help="batch throughput: 'export --images' against bare inference"
+    )
+    bench.add_argument("--images", type=int, default=100, metavar="N", help="with --batch: images (default: 100)")
     bench.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds to register per layer")
     bench.add_argument("--size", type=int, default=224, help="input size in pixels (default: 224)")
     bench.add_argument("--repeat", type=int, default=10, help="timed pairs (default: 10)")
     bench.add_argument("--debug", action="store_true", help="show tracebacks")
-    return gui, export, bench
+
+    download = argparse.ArgumentParser(
+        prog="hookscope download",
+        description="Download a catalogue model's pretrained weights into the torch hub cache, verified against "
+        "the hash in the file name. HOOKSCOPE_WEIGHTS_URL replaces the base address (mirrors).",
+    )
+    download.add_argument("--model", default="resnet18", help="torchvision model name (default: resnet18)")
+    download.add_argument("--force", action="store_true", help="download again even when the file is cached")
+    download.add_argument("--timeout", type=float, default=30.0, help="seconds without data before giving up (default: 30)")
+    download.add_argument("--debug", action="store_true", help="show tracebacks")
+    return gui, export, bench, download
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    gui, export, bench = build_parsers()
+    gui, export, bench, download = build_parsers()
     if args_list and args_list[0] in SUBCOMMANDS:
-        parser = export if args_list[0] == "export" else bench
+        parser, command = {
+            "export": (export, run_export),
+            "bench": (bench, run_bench),
+            "download": (download, run_download),
+        }[args_list[0]]
         args = parser.parse_args(args_list[1:])
-        command = run_export if args_list[0] == "export" else run_bench
     else:
         args = gui.parse_args(args_list)
         command = run_window
@@ -140,23 +192,90 @@ def _output_folders(images: list[str], out: Path) -> list[Path]:
 
 
 def load_for_cli(args: argparse.Namespace):
-    """The model the command line asked for (catalogue name and weights), with its notice printed."""
-    from app.core.models import load_model
+    """The model the command line asked for (catalogue name and weights, or --model-file), with its notice printed."""
+    from app.core.models import TIMM_PREFIX, load_model
 
-    loaded = load_model(args.model, args.weights, args.seed)
+    strict = not getattr(args, "non_strict", False)
+    if getattr(args, "model_file", None):
+        from app.core.model_files import open_model_file
+
+        weights = None if args.weights in ("none", "default") else args.weights
+        loaded = open_model_file(
+            args.model_file, arch=args.arch, trust=args.trust, strict=strict, seed=args.seed, weights=weights
+        )
+    else:
+        if getattr(args, "arch", None):
+            raise HookscopeError("--arch goes with --model-file; for a catalogue model use --model NAME.")
+        loaded = load_model(args.model, args.weights, args.seed, strict=strict)
+        if args.weights == "default" and not loaded.pretrained and not args.model.startswith(TIMM_PREFIX):
+            loaded.notice = loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     return loaded
 
 
-def register_for_cli(registry, args: argparse.Namespace) -> None:
-    """Register the requested hooks (and, later, edits) on the registry."""
+def _edits(args: argparse.Namespace) -> list:
+    """The --edit specs as interventions; a bad spec is a one-line error."""
+    from app.core.interventions import parse_edit
+
+    return [parse_edit(spec) for spec in getattr(args, "edit", None) or []]
+
+
+def register_for_cli(registry, args: argparse.Namespace, preprocess=None) -> dict:
+    """Register the requested hooks and --edit edits on the registry.
+
+    Returns the other images the mix edits blend in, read and preprocessed (``capture_run(..., others=...)``).
+    """
+    from app.core.images import read_image
+
     for path in _select_layers(args.layers, registry.paths):
         for kind in args.hooks:
             registry.add(path, kind)
+    others = {}
+    for edit in _edits(args):
+        registry.add_edit(edit)
+        if edit.kind == "mix" and edit.other_image not in others:
+            if preprocess is None:
+                raise HookscopeError(f"The edit {edit.spec} needs the model's preprocessing to read its image.")
+            others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
+    return others
+
+
+def _add_edits_to_manifest(folder: Path, manifest: dict, args: argparse.Namespace, result) -> None:
+    """manifest.json gains the --edit specs and, per top-5 class, its probability without the edits."""
+    import json
+
+    from app.core.compare import prediction_changes
+
+    if not getattr(args, "edit", None):
+        return
+    manifest["edits"] = list(args.edit)
+    manifest["prediction_changes"] = [
+        {"index": c.index, "label": c.label, "probability": c.probability, "without_edits": c.before, "change": c.delta}
+        for c in prediction_changes(result)
+    ]
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def _export_mode(args: argparse.Namespace) -> str:
+    """Which of --image, --images and --session was given (exactly one must be)."""
+    given = [name for name, value in (("--image", args.image), ("--images", args.images), ("--session", args.session)) if value]
+    if not given:
+        raise HookscopeError("One of --image, --images or --session is required.")
+    if len(given) > 1:
+        raise HookscopeError(f"{given[0]} and {given[1]} cannot be used together; choose one.")
+    for flag, value in (("--recursive", args.recursive), ("--resume", args.resume)):
+        if value and given[0] != "--images":
+            raise HookscopeError(f"{flag} goes with --images DIR.")
+    return given[0]
 
 
 def run_export(args: argparse.Namespace) -> int:
+    mode = _export_mode(args)
+    if mode == "--images":
+        return run_export_batch(args)
+    if mode == "--session":
+        return run_export_session(args)
     from app.core.capture import capture_run
     from app.core.devices import resolve_device
     from app.core.export import write_run
@@ -165,27 +284,161 @@ def run_export(args: argparse.Namespace) -> int:
 
     resolve_device(args.device)
     images = [read_image(path) for path in args.image]  # fail on a bad image before the slow part
+    _edits(args)  # and on a bad --edit
     loaded = load_for_cli(args)
     with HookRegistry(loaded.module) as registry:
-        register_for_cli(registry, args)
+        others = register_for_cli(registry, args, loaded.preprocess)
         for name, image, folder in zip(args.image, images, _output_folders(args.image, Path(args.out))):
             x = loaded.preprocess.to_tensor(image)
             result = capture_run(
-                loaded.module, registry, x, device=args.device, target=args.target, categories=loaded.categories
+                loaded.module, registry, x, device=args.device, target=args.target, categories=loaded.categories,
+                others=others, baseline=bool(args.edit),
             )
-            write_run(result, loaded, folder, image=name, kinds=tuple(args.hooks), png=not args.no_png)
+            manifest = write_run(result, loaded, folder, image=name, kinds=tuple(args.hooks), png=not args.no_png)
+            _add_edits_to_manifest(folder, manifest, args, result)
             top = result.top5[0] if result.top5 else None
             best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
             print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
     return 0
 
 
+def _batch_progress(report_every: float = 0.2):
+    """One stderr line redrawn in place: "12/100 images, 3.1 img/s, skipped 1"."""
+    import time
+
+    last = [0.0]
+
+    def show(progress) -> None:
+        now = time.monotonic()
+        if now - last[0] < report_every and progress.handled < progress.total:
+            return
+        last[0] = now
+        text = f"{progress.handled}/{progress.total} images, {progress.rate:.1f} img/s, skipped {progress.skipped}"
+        if progress.resumed:
+            text += f", {progress.resumed} done earlier"
+        sys.stderr.write(f"\r{text}  ")
+        sys.stderr.flush()
+
+    return show
+
+
+def run_export_batch(args: argparse.Namespace) -> int:
+    """--images DIR: every image of a folder, the model loaded once, resumable, with summary.csv."""
+    from app.core.batch import find_images, run_batch
+    from app.core.devices import resolve_device
+    from app.core.hooks import HookRegistry
+
+    resolve_device(args.device)
+    folder, out = Path(args.images), Path(args.out)
+    images = find_images(folder, args.recursive, exclude=out)
+    if not images:
+        hint = " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
+        raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
+    _edits(args)  # a bad --edit fails before the slow part
+    loaded = load_for_cli(args)
+    with HookRegistry(loaded.module) as registry:
+        others = register_for_cli(registry, args, loaded.preprocess)
+        report = None
+        try:
+            report = run_batch(
+                loaded, registry, images, out, root=folder, device=args.device, target=args.target,
+                kinds=tuple(args.hooks), png=not args.no_png, resume=args.resume, progress=_batch_progress(),
+                others=others, manifest_extra={"edits": list(args.edit)} if args.edit else None,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.stderr.write("\n")  # end the progress line
+    if report is None:
+        print("hookscope: interrupted; run the same command with --resume to go on where it stopped.", file=sys.stderr)
+        return 130
+    for _name, reason in report.skipped:
+        print(f"hookscope: skipped: {reason}", file=sys.stderr)
+    if not report.finished:
+        raise HookscopeError(f"None of the {report.total} images could be read.")
+    earlier = f", {len(report.resumed)} of them finished by an earlier run" if report.resumed else ""
+    skipped = f"; {len(report.skipped)} skipped" if report.skipped else ""
+    print(f"{report.finished} of {report.total} images written to {out}{earlier}{skipped}; summary: {report.summary_csv}")
+    return 0
+
+
+def run_export_session(args: argparse.Namespace) -> int:
+    """--session FILE: the saved model, weights, preprocessing, hooks, edits, target and images, headlessly."""
+    from app.core.capture import capture_run
+    from app.core.devices import resolve_device
+    from app.core.errors import DeviceError
+    from app.core.export import write_run
+    from app.core.hooks import HookRegistry
+    from app.core.images import read_image
+    from app.core.session import apply_session_edits, load_session, load_session_model, register_session_hooks
+
+    session, problems = load_session(args.session)
+    blocking = session.blocking_problem()
+    if blocking:  # the one line that matters: the session cannot run
+        raise HookscopeError(blocking)
+    for line in problems:
+        print(f"hookscope: {line}", file=sys.stderr)
+    images = session.found_images()
+    if not images:
+        raise HookscopeError("None of the session's images was found; there is nothing to run.")
+    device = session.device
+    try:
+        resolve_device(device)
+    except DeviceError:
+        print(f"hookscope: the session's device '{device}' is not available here; running on the CPU.", file=sys.stderr)
+        device = "cpu"
+    pictures = [read_image(path) for path in images]
+    loaded = load_session_model(session, trust=args.trust, strict=not args.non_strict)
+    if loaded.notice:
+        print(f"hookscope: {loaded.notice}", file=sys.stderr)
+    with HookRegistry(loaded.module) as registry:
+        lines = register_session_hooks(registry, session)
+        edit_lines, others = apply_session_edits(registry, session, loaded.preprocess)
+        for line in lines + edit_lines:
+            print(f"hookscope: {line}", file=sys.stderr)
+        edits = argparse.Namespace(edit=[edit.spec for edit in registry.enabled_edits()])
+        for name, image, folder in zip(images, pictures, _output_folders(images, Path(args.out))):
+            x = loaded.preprocess.to_tensor(image)
+            result = capture_run(
+                loaded.module, registry, x, device=device, target=session.target, categories=loaded.categories,
+                others=others, baseline=bool(edits.edit),
+            )  # fmt: skip
+            manifest = write_run(
+                result, loaded, folder, image=name, kinds=session.kinds, png=not args.no_png,
+                colormap=session.colormap, scaling=session.scaling,
+            )  # fmt: skip
+            _add_edits_to_manifest(folder, manifest, edits, result)
+            top = result.top5[0] if result.top5 else None
+            best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
+            print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
+    return 0
+
+
+def run_bench_batch(args: argparse.Namespace) -> int:
+    """bench --batch: export --images throughput against bare inference over the same files, in one process."""
+    from app.core.batch_bench import batch_benchmark
+
+    layers = _csv(args.layers) if args.layers and args.layers != "all" else 10
+    result = batch_benchmark(
+        args.images, layers, model=args.model, kinds=tuple(args.hooks), note=lambda text: print(f"hookscope: {text}", file=sys.stderr)
+    )
+    print(f"modules hooked ({'+'.join(result.kinds)}): {', '.join(result.modules)}")
+    print(
+        f"{args.model}, {result.images} images, {len(result.modules)} modules, PNGs off, interleaved rounds of "
+        f"{result.chunk}: bare {result.bare_rate:.2f} img/s, batch {result.batch_rate:.2f} img/s, "
+        f"ratio {result.ratio:.3f} (wrote {result.written_bytes / 1e9:.2f} GB)"
+    )
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    if args.batch:
+        return run_bench_batch(args)
     from app.core.bench import benchmark
     from app.core.models import load_model
 
     loaded = load_model(args.model, "none" if args.weights == "default" else args.weights, args.seed)
-    paths = _select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
+    paths = _select_layers(args.layers or "all", [p for p, _ in loaded.module.named_modules()])
     result = benchmark(loaded.module, paths, tuple(args.hooks), args.size, args.repeat)
     print(
         f"{args.model} {args.size}x{args.size} on cpu, {len(paths)} modules, {result.hooks} hooks "
@@ -193,6 +446,44 @@ def run_bench(args: argparse.Namespace) -> int:
         f"bare median {result.bare_median:.1f} ms, hooked median {result.hooked_median:.1f} ms, "
         f"ratio (median of pairs) {result.ratio:.3f}"
     )
+    return 0
+
+
+def _progress_bar(label: str):
+    """A one-line progress bar on stderr: bytes, percentage and speed, redrawn in place (``show.drawn`` once drawn)."""
+
+    def show(done: int, total: int | None, rate: float) -> None:
+        show.drawn = True
+        if total:
+            filled = min(24, int(24 * done / total))
+            bar = f"[{'#' * filled}{'.' * (24 - filled)}] {done / total:4.0%} {done / 1e6:.1f}/{total / 1e6:.1f} MB"
+        else:
+            bar = f"{done / 1e6:.1f} MB"
+        sys.stderr.write(f"\r{label} {bar} {rate / 1e6:.1f} MB/s ")
+        sys.stderr.flush()
+
+    show.drawn = False
+    return show
+
+
+def run_download(args: argparse.Namespace) -> int:
+    from app.core.models import default_weights_file
+    from app.core.weights import download_weights, weights_url
+
+    url = weights_url(args.model)  # checks the name first
+    target = default_weights_file(args.model)
+    if target.is_file() and not args.force:
+        print(f"hookscope: {args.model}'s weights are already in the cache", file=sys.stderr)
+        print(target)
+        return 0
+    print(f"hookscope: downloading {url}", file=sys.stderr)
+    bar = _progress_bar(target.name)
+    try:
+        path = download_weights(args.model, progress=bar, timeout=args.timeout, force=args.force)
+    finally:
+        if bar.drawn:
+            sys.stderr.write("\n")  # end the bar's line, so that what follows starts on its own
+    print(path)
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -42,6 +42,9 @@ class RunResult:
     survey: ModelSurvey
     device: str
     timings: dict[str, float] = field(default_factory=dict)  # forward_ms, backward_ms
+    # The class scores of the same input with every edit suspended (``capture_run(..., baseline=True)`` with edits
+    # on), so that the effect of the edits on the predictions can be shown; None otherwise.
+    baseline_scores: torch.Tensor | None = None
 
     def of_kind(self, *kinds: str) -> list[Record]:
         return [r for r in self.records if r.kind in kinds]
@@ -81,9 +84,11 @@ def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: i
 
 
 def ensure_survey(model: nn.Module, registry: HookRegistry, x: torch.Tensor) -> ModelSurvey:
-    """Survey the model once per input shape (device included) and let the registry adapt to it."""
+    """Survey the model once per input shape (device included), and again after edits changed, and let the
+    registry adapt to it."""
     known = registry.survey
-    if known is None or known.input_shape != tuple(x.shape) or known.device != str(x.device):
+    stale = known is None or registry.needs_survey
+    if stale or known.input_shape != tuple(x.shape) or known.device != str(x.device):
         known = survey(model, x)
         registry.adopt_survey(known)
     return known
@@ -98,11 +103,18 @@ def capture_run(
     target: Target = "top1",
     categories: Sequence[str] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    others: Mapping[str, torch.Tensor] | None = None,
+    baseline: bool = False,
 ) -> RunResult:
     """Run ``x`` (1, C, H, W) through ``model`` forward and backward, recording through ``registry``'s hooks.
 
     Grad mode is per thread, so it is switched on here, in whichever thread runs the model. Only the input
-    needs a gradient (``inputs=``), so parameter gradients are neither computed nor kept.
+    needs a gradient (``torch.autograd.grad`` on the input, plus any hooked output off its path), so parameter
+    gradients are neither computed nor kept.
+
+    The registry's enabled edits act on the run. ``others`` maps each ``mix`` edit's other image (its
+    ``other_image`` name) to that image's preprocessed (1, C, H, W) tensor. ``baseline=True`` also runs the input
+    once without gradients and with every edit suspended, into ``RunResult.baseline_scores``.
     """
     dev = resolve_device(device)
     try:
@@ -111,11 +123,19 @@ def capture_run(
         with torch.enable_grad():
             for attempt in range(3):
                 try:
-                    return _run_once(model, registry, x, dev, target, categories, cancelled)
+                    return _run_once(model, registry, x, dev, target, categories, cancelled, others, baseline)
                 except StaleCapture as stale:  # an in-place change the survey did not foresee
                     registry.learn_clones(stale.paths)
                 except RuntimeError as error:
-                    if "BackwardHookFunction" not in str(error) or attempt:
+                    if "BackwardHookFunction" not in str(error):
+                        raise
+                    backward_edits = [e.spec for e in registry.enabled_edits() if e.kind == "scale-grad-input"]
+                    if attempt and backward_edits:
+                        raise RunError(
+                            f"A full backward hook raised during the run ({', '.join(backward_edits)}); use "
+                            "scale-grad on that module instead (a tensor hook on its output)."
+                        ) from error
+                    if attempt:
                         raise
                     registry.use_fallback_everywhere()
             raise RunError("Captured tensors kept changing in place; the run was abandoned.")
@@ -134,13 +154,17 @@ def _run_once(
     target: Target,
     categories: Sequence[str] | None,
     cancelled: Callable[[], bool] | None,
+    others: Mapping[str, torch.Tensor] | None = None,
+    baseline: bool = False,
 ) -> RunResult:
     xin = x.detach().to(dev).clone().requires_grad_(True)
     known = ensure_survey(model, registry, xin)
+    registry.check_edits()
+    other_inputs = {name: t.detach().to(dev) for name, t in (others or {}).items()}
     recorder = registry.new_recorder()
     input_grads: list[torch.Tensor] = []
     xin.register_hook(lambda grad: input_grads.append(grad.detach().to("cpu", copy=True)))
-    with registry.recording(recorder):
+    with registry.mix_references(other_inputs), registry.recording(recorder):
         start = time.perf_counter()
         output = model(xin)
         _sync(dev)
@@ -149,12 +173,17 @@ def _run_once(
             raise RunCancelled()
         objective, index, described = _objective(output, target)
         start = time.perf_counter()
-        torch.autograd.backward(objective, inputs=[xin])
+        torch.autograd.grad(objective, [xin, *recorder.grad_roots], allow_unused=True)
         _sync(dev)
         backward_ms = (time.perf_counter() - start) * 1000
     recorder.verify()
     scores = class_scores(output)
     scores = scores.detach().to("cpu") if scores is not None else None
+    baseline_scores = None
+    if baseline and scores is not None and registry.enabled_edits():
+        with torch.no_grad(), registry.edits_suspended():
+            plain = class_scores(model(xin.detach()))
+        baseline_scores = plain.detach().to("cpu") if plain is not None else None
     return RunResult(
         input=x.detach().to("cpu"),
         input_grad=input_grads[0] if input_grads else None,
@@ -166,6 +195,7 @@ def _run_once(
         survey=known,
         device=str(dev),
         timings={"forward_ms": forward_ms, "backward_ms": backward_ms},
+        baseline_scores=baseline_scores,
     )
 
 

@@ -36,17 +36,17 @@ def record_picture(record: Record) -> ChannelData:
     return as_channels(array)
 
 
-def picture_image(picture: ChannelData, scaling: str = "channel") -> np.ndarray:
-    """A uint8 2-D image of a picture: a mosaic of maps, or a strip for a vector."""
+def picture_image(picture: ChannelData, scaling: str = "channel", order: np.ndarray | None = None) -> np.ndarray:
+    """A uint8 2-D image of a picture: a mosaic of maps (channels in ``order`` if given), or a strip for a vector."""
     if picture.kind == "maps":
-        return mosaic(picture.data, scaling=scaling)[0]
+        return mosaic(picture.data, scaling=scaling, order=order)[0]
     strip = picture.data.reshape(1, 1, -1)
     return mosaic(strip, scaling="shared")[0]
 
 
 def write_png(image: np.ndarray, path: Path, colormap: str = "viridis") -> None:
     """Save a uint8 (H, W) image through a colormap at its native resolution."""
-    Image.fromarray(apply_colormap(image, colormap)).save(path)
+    Image.fromarray(apply_colormap(image, colormap)).save(path, format="PNG")
 
 
 def file_stem(key: str) -> str:
@@ -61,8 +61,10 @@ def write_run(
     image: str,
     kinds: tuple[str, ...],
     png: bool = True,
+    colormap: str = "viridis",
+    scaling: str = "channel",
 ) -> dict:
-    """Write ``result`` into ``out`` and return the manifest that was written."""
+    """Write ``result`` into ``out`` and return the manifest that was written (PNGs through ``colormap``)."""
     out.mkdir(parents=True, exist_ok=True)
     np.save(out / "input.npy", result.input.numpy())
     if result.input_grad is not None:
@@ -74,7 +76,8 @@ def write_run(
             folder = out / "png" / kind
             folder.mkdir(parents=True, exist_ok=True)
             for record in records:
-                write_png(picture_image(record_picture(record)), folder / f"{file_stem(record.key)}.png")
+                picture = picture_image(record_picture(record), scaling)
+                write_png(picture, folder / f"{file_stem(record.key)}.png", colormap)
     manifest = build_manifest(result, loaded, image=image, kinds=kinds)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest

@@ -9,21 +9,26 @@ Kinds:
     backward  ``register_full_backward_hook``: the gradient of the module's output; where an in-place op makes
               that hook raise, a ``Tensor.register_hook`` on the output, registered from a forward hook
     tensor    ``Tensor.register_hook`` on the module's output, registered from a forward hook
+
+Edits (``add_edit``, see ``app.core.interventions``) are hooks that return a value and so change what flows. They
+act in every run, recording or not, and run before the capture hooks of the same module (``prepend=True``), so a
+capture sees the edited value. A disabled edit has no handle at all.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from app.core.errors import HookscopeError
+from app.core.errors import HookscopeError, RunError
+from app.core.interventions import EditState, Intervention, check_channels, make_edit_hook
 from app.core.structure import tensor_leaves
 from app.core.tree import ModelSurvey
 
@@ -45,6 +50,9 @@ class HookInfo:
     kind: HookKind
     method: str
     note: str = ""  # why a fallback was used, in one sentence
+    reads_or_edits: str = "reads"  # "edits" for an intervention (a hook that returns a value)
+    edit_id: int | None = None  # the id ``add_edit`` returned, for edits
+    label: str = ""  # an edit's description in words
 
 
 @dataclass
@@ -91,6 +99,7 @@ class Recorder:
 
     def __init__(self, clone: set[tuple[str, str]], survey: ModelSurvey | None) -> None:
         self.records: list[Record] = []
+        self.grad_roots: list[torch.Tensor] = []  # tensors off the input's path whose gradient is wanted
         self._clone = clone
         self._survey = survey
         self._calls: dict[tuple[str, str], int] = {}
@@ -147,6 +156,17 @@ class _Live:
     handles: list[RemovableHandle]
 
 
+@dataclass
+class _Edit:
+    edit: Intervention
+    info: HookInfo
+    handles: list[RemovableHandle]
+    order: int = 0  # when its hook was (last) registered: prepended hooks run newest first
+
+
+EDIT_METHODS = {"forward": FORWARD, "pre": PRE, "tensor": TENSOR, "backward": FULL_BACKWARD}
+
+
 class HookRegistry:
     """Registers hooks on ``model``'s modules by dotted path and removes them again.
 
@@ -162,11 +182,33 @@ class HookRegistry:
         self._recorder: Recorder | None = None
         self._survey: ModelSurvey | None = None
         self._clone: set[tuple[str, str]] = set()
+        self._edits: dict[int, _Edit] = {}
+        self._next_edit = 1
+        self._next_order = 0
+        self._edit_state = EditState()
+        # Edits change what the network does (a scaled input is a new tensor an in-place op then writes into), so
+        # the survey's facts are re-checked on the next run after any edit is added, removed or switched.
+        self.needs_survey = False
 
     # ---- what is registered -------------------------------------------------------------------------------
     def handles(self) -> list[HookInfo]:
+        """The capture hooks (ticks); ``live_hooks`` adds the edits."""
         with self._lock:
             return [live.info for live in self._live.values()]
+
+    def live_hooks(self) -> list[HookInfo]:
+        """Every hook with a live handle, as the hook inspector lists it: enabled edits (in the order their hooks
+        were registered), then capture hooks."""
+        with self._lock:
+            edits = sorted((e for e in self._edits.values() if e.handles), key=lambda e: e.order)
+            return [e.info for e in edits] + [live.info for live in self._live.values()]
+
+    def handle_count(self) -> int:
+        """How many handles this registry holds on the model right now."""
+        with self._lock:
+            return sum(len(live.handles) for live in self._live.values()) + sum(
+                len(e.handles) for e in self._edits.values()
+            )
 
     def has(self, path: str, kind: HookKind) -> bool:
         return (path, kind) in self._live
@@ -206,10 +248,167 @@ class HookRegistry:
                     handle.remove()
 
     def clear(self) -> None:
-        """Remove every hook this registry registered."""
+        """Remove every hook this registry registered, edits included ("Remove all")."""
         with self._lock:
             for path, kind in list(self._live):
                 self.remove(path, kind)
+            for edit_id in list(self._edits):
+                self.remove_edit(edit_id)
+
+    def remove_hook(self, info: HookInfo) -> None:
+        """Remove the hook an inspector row shows: a capture hook, or an edit (forgotten, not just disabled)."""
+        if info.edit_id is not None:
+            self.remove_edit(info.edit_id)
+        else:
+            self.remove(info.path, info.kind)
+
+    # ---- edits (interventions) ----------------------------------------------------------------------------
+    def add_edit(self, edit: Intervention) -> int:
+        """Register ``edit`` (its hook only if ``edit.enabled``) and return its id.
+
+        Raises ``HookscopeError`` for an unknown module, and, once a run has surveyed the model, for an edit that
+        cannot work there (a channel that does not exist, a full backward hook an in-place op would break).
+        """
+        self.module(edit.path)
+        with self._lock:
+            self._check_edit(edit)
+            edit_id = self._next_edit
+            self._next_edit += 1
+            self._edits[edit_id] = _Edit(edit, self._edit_info(edit_id, edit), [])
+            if edit.enabled:
+                self._register_edit(edit_id)
+                self.needs_survey = True
+            return edit_id
+
+    def remove_edit(self, edit_id: int) -> None:
+        """Remove the edit's hook and forget it; other hooks are untouched (an unknown id is a no-op)."""
+        with self._lock:
+            entry = self._edits.pop(edit_id, None)
+            if entry is not None:
+                self.needs_survey = self.needs_survey or bool(entry.handles)
+                for handle in entry.handles:
+                    handle.remove()
+
+    def set_edit_enabled(self, edit_id: int, enabled: bool) -> None:
+        """Switch an edit on (its hook is registered again) or off (its hook is removed, not just ignored)."""
+        with self._lock:
+            entry = self._edit_entry(edit_id)
+            if enabled == bool(entry.handles):
+                return
+            self.needs_survey = True
+            if enabled:
+                self._check_edit(entry.edit)
+                entry.edit = replace(entry.edit, enabled=True)
+                self._register_edit(edit_id)
+            else:
+                for handle in entry.handles:
+                    handle.remove()
+                entry.handles = []
+                entry.edit = replace(entry.edit, enabled=False)
+
+    def edits(self) -> list[tuple[int, Intervention, HookInfo]]:
+        """Every edit, enabled or not, in the order added: (id, edit, hook info)."""
+        with self._lock:
+            return [(edit_id, e.edit, e.info) for edit_id, e in self._edits.items()]
+
+    def edit(self, edit_id: int) -> Intervention:
+        with self._lock:
+            return self._edit_entry(edit_id).edit
+
+    def enabled_edits(self) -> list[Intervention]:
+        with self._lock:
+            return [e.edit for e in self._edits.values() if e.handles]
+
+    @contextmanager
+    def edits_suspended(self) -> Iterator[None]:
+        """Within the block every edit passes values through unchanged (for a run "without edits")."""
+        with self._lock:
+            self._edit_state.suspended += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._edit_state.suspended -= 1
+
+    def check_edits(self) -> None:
+        """Raise ``RunError`` for an enabled edit the survey shows cannot work (called by each run)."""
+        for edit in self.enabled_edits():
+            self._check_edit(edit)
+
+    @contextmanager
+    def mix_references(self, others: Mapping[str, torch.Tensor] | None) -> Iterator[None]:
+        """Run each other image a mix edit needs once (no gradients, edits off, nothing recorded), keep the mixed
+        modules' outputs, and let the mix edits blend them in within the block. One pass per distinct image."""
+        mixes = [e for e in self.enabled_edits() if e.kind == "mix"]
+        if not mixes:
+            yield
+            return
+        outputs: dict[tuple[str, str], list[torch.Tensor]] = {}
+        for other in dict.fromkeys(e.other_image or "" for e in mixes):
+            if not others or other not in others:
+                spec = next(e.spec for e in mixes if e.other_image == other)
+                raise RunError(f"The edit {spec} needs the image '{other}', which was not given to the run.")
+            handles = []
+            try:
+                for path in dict.fromkeys(e.path for e in mixes if e.other_image == other):
+                    kept = outputs.setdefault((other, path), [])
+                    handles.append(self.module(path).register_forward_hook(_keep_output(kept)))
+                with torch.no_grad(), self.edits_suspended():
+                    self.model(others[other])
+            finally:
+                for handle in handles:
+                    handle.remove()
+        state = self._edit_state
+        state.mix_outputs, state.mix_calls = outputs, {}
+        try:
+            yield
+        finally:
+            state.mix_outputs, state.mix_calls = None, {}
+
+    def _edit_entry(self, edit_id: int) -> _Edit:
+        try:
+            return self._edits[edit_id]
+        except KeyError:
+            raise HookscopeError(f"There is no edit with id {edit_id}.") from None
+
+    def _edit_info(self, edit_id: int, edit: Intervention) -> HookInfo:
+        kind: HookKind = edit.hook_kind  # type: ignore[assignment]
+        return HookInfo(edit.path, kind, EDIT_METHODS[kind], "", "edits", edit_id, edit.describe())
+
+    def _register_edit(self, edit_id: int) -> None:
+        entry = self._edits[edit_id]
+        edit, module = entry.edit, self.module(entry.edit.path)
+        hook = make_edit_hook(edit, self._edit_state)
+        # prepend=True: the edit runs before this module's capture hooks, so they record the edited value.
+        if edit.hook_kind == "pre":
+            handle = module.register_forward_pre_hook(hook, prepend=True)
+        elif edit.hook_kind == "backward":
+            handle = module.register_full_backward_hook(hook, prepend=True)
+        else:
+            handle = module.register_forward_hook(hook, prepend=True)
+        entry.handles = [handle]
+        entry.order = self._next_order
+        self._next_order += 1
+
+    def _check_edit(self, edit: Intervention) -> None:
+        if self._survey is None:
+            return
+        run = self._survey.run_of(edit.path)
+        if edit.kind == "scale-grad-input":
+            why = ""
+            if run.modifies_input:
+                why = "the module changes its input in place"
+            elif run.output_modified_later:
+                why = "an in-place operation after it changes its output"
+            elif run.output_form == "structured":
+                why = "it returns a nested structure that full backward hooks do not see into"
+            if why:
+                raise RunError(
+                    f"scale-grad-input cannot work on {edit.path}: register_full_backward_hook raises there because "
+                    f"{why}; use scale-grad:{edit.path}:{edit.spec.rsplit(':', 1)[-1]} (a tensor hook on its output) instead."
+                )
+        if edit.channels and run.output_shapes and len(run.output_shapes[0]) >= 2:
+            check_channels(edit, run.output_shapes[0][1])
 
     def __enter__(self) -> HookRegistry:
         return self
@@ -246,6 +445,8 @@ class HookRegistry:
             return "An in-place operation after this module changes its output, so a full backward hook would raise; a tensor hook on its output is used instead."
         if run.output_form == "structured":
             return "The module returns a nested structure that full backward hooks do not see into; a tensor hook on each output tensor is used instead."
+        if run.ran and not run.input_needs_grad:
+            return "The module's inputs do not depend on the image (e.g. a fixed table), so a full backward hook would never fire; a tensor hook on its output is used instead."
         return ""
 
     def _forward_capture(self, path: str):
@@ -276,14 +477,30 @@ class HookRegistry:
     def _grad_capture(self, path: str, kind: HookKind, method: str):
         """A forward hook that puts a tensor hook on each output tensor, so the gradient arrives there."""
 
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any) -> torch.Tensor | None:
             recorder = self._recorder
             if recorder is None or not torch.is_grad_enabled():
                 return
             call = recorder.next_call(path, kind)
+            # An output that depends on parameters but not on the image lies off the path to the input: the
+            # backward pass must be asked to reach it, or its tensor hook never fires. The module's parameters
+            # are asked for rather than the output itself, which a later in-place op may have rebased.
+            off_path = not any(t.requires_grad for _, t in tensor_leaves(args))
+            if off_path:
+                recorder.grad_roots.extend(p for p in module.parameters() if p.requires_grad)
+            # Autograd re-routes a view that is later changed in place around the view's own node, so a hook on
+            # it would never fire: hand the model an identical copy instead (rare: Swin V2's cpb_mlp.0).
+            replaced = None
+            if isinstance(output, torch.Tensor) and output.requires_grad and output._is_view():
+                run = self._survey.run_of(path) if self._survey else None
+                if run is not None and run.output_modified_later:
+                    output = replaced = output.clone()
             for leaf, tensor in tensor_leaves(output):
                 if tensor.requires_grad:
                     tensor.register_hook(recorder.grad_hook(path, kind, call, leaf, method))
+                    if off_path:
+                        recorder.grad_roots.append(tensor)
+            return replaced
 
         return hook
 
@@ -307,6 +524,7 @@ class HookRegistry:
         """Use what a survey found: choose clones and re-register backward hooks that need the fallback."""
         with self._lock:
             self._survey = survey
+            self.needs_survey = False
             self._clone = {(p, "forward") for p, run in survey.runs.items() if run.output_modified_later}
             self._clone |= {(p, "pre") for p, run in survey.runs.items() if run.modifies_input}
             for (path, kind), live in list(self._live.items()):
@@ -341,3 +559,13 @@ class HookRegistry:
     def new_recorder(self) -> Recorder:
         with self._lock:
             return Recorder(set(self._clone), self._survey)
+
+
+def _keep_output(kept: list[torch.Tensor]):
+    """A forward hook that keeps a copy of each output (a later in-place op must not change it)."""
+
+    def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            kept.append(output.detach().clone())
+
+    return hook

@@ -1,8 +1,12 @@
-"""The model catalogue: torchvision's classification models by name, with their weights and preprocessing."""
+"""The model catalogue: torchvision's classification models by name (and timm's, when installed), with their
+weights and preprocessing, and state_dict files read without running code."""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib.util
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -16,6 +20,9 @@ from app.core.errors import ModelError
 from app.core.images import Preprocess
 
 DEFAULT_MODEL = "resnet18"
+TIMM_PREFIX = "timm/"  # catalogue names of timm models: "timm/resnet50"
+# Where a model came from, in LoadedModel.source.
+SOURCES = ("catalogue", "timm", "state_dict", "pickle", "python")
 
 
 @dataclass
@@ -30,28 +37,79 @@ class LoadedModel:
     categories: list[str] | None  # class names, only when the weights carry them
     notice: str = ""  # one plain sentence when what was asked could not be given (e.g. offline)
     seed: int = 0
+    source: str = "catalogue"  # one of SOURCES
+    model_file: str = ""  # the file (or "model.py:build") it was opened from, for sources other than the catalogue
+
+    @property
+    def display_name(self) -> str:
+        """The name to show: the catalogue name, with the file it was opened from, if any."""
+        if self.model_file and self.source == "state_dict":
+            return f"{self.name} ({Path(self.model_file).name})"
+        return self.name
 
     def describe(self) -> dict:
-        return {
+        described = {
             "name": self.name,
             "weights": self.weights,
             "pretrained": self.pretrained,
             "seed": self.seed,
             "notice": self.notice,
+            "source": self.source,
         }
+        if self.model_file:
+            described["model_file"] = self.model_file
+        return described
 
 
-def catalogue() -> list[str]:
-    """Every torchvision classification model by name."""
-    return sorted(torchvision.models.list_models(module=torchvision.models))
+def catalogue(include_timm: bool = False) -> list[str]:
+    """Every torchvision classification model by name; then timm's as ``timm/NAME`` when asked and installed."""
+    names = sorted(torchvision.models.list_models(module=torchvision.models))
+    return names + timm_catalogue() if include_timm else names
 
 
-def _check_name(name: str) -> None:
+def timm_available() -> bool:
+    """Whether the optional timm package is installed (``pip install hookscope[timm]``)."""
+    return importlib.util.find_spec("timm") is not None
+
+
+@functools.lru_cache(maxsize=1)
+def _timm_names() -> tuple[str, ...]:
+    import timm
+
+    return tuple(sorted(timm.list_models()))
+
+
+def timm_catalogue() -> list[str]:
+    """timm's architectures as ``timm/NAME``; empty when timm is not installed."""
+    if not timm_available():
+        return []
+    return [TIMM_PREFIX + name for name in _timm_names()]
+
+
+def check_model_name(name: str) -> None:
+    """Raise a ModelError with close matches when ``name`` is not in the catalogue."""
+    if name.startswith(TIMM_PREFIX):
+        if not timm_available():
+            raise ModelError(f"'{name}' is a timm model and timm is not installed: pip install 'hookscope[timm]'.")
+        names = list(_timm_names())
+        short = name[len(TIMM_PREFIX) :]
+        if short not in names:
+            close = difflib.get_close_matches(short.lower(), names, n=5, cutoff=0.5)
+            hint = (
+                f"did you mean {', '.join(TIMM_PREFIX + c for c in close)}?"
+                if close
+                else "timm.list_models() lists them."
+            )
+            raise ModelError(f"Unknown timm model '{short}'; {hint}")
+        return
     names = catalogue()
     if name not in names:
         close = difflib.get_close_matches(name.lower(), names, n=5, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else "'hookscope export --help' lists where to find names."
         raise ModelError(f"Unknown model '{name}'; {hint}")
+
+
+_check_name = check_model_name
 
 
 def default_weights_file(name: str) -> Path | None:
@@ -73,19 +131,23 @@ def default_preprocess(name: str, model: nn.Module) -> Preprocess:
     return preprocess
 
 
-def load_model(name: str, weights: str = "none", seed: int = 0) -> LoadedModel:
+def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = True) -> LoadedModel:
     """Build ``name`` with random weights (``none``), cached pretrained weights (``default``) or a state_dict file.
 
-    Random weights are drawn after ``torch.manual_seed(seed)`` so that runs are reproducible.
+    Random weights are drawn after ``torch.manual_seed(seed)`` so that runs are reproducible. A state_dict file
+    must fit exactly unless ``strict`` is False: then the tensors that fit are loaded and the notice says what
+    was left out. Nothing is ever downloaded here (see :mod:`app.core.weights`).
     """
-    _check_name(name)
+    check_model_name(name)
+    if name.startswith(TIMM_PREFIX):
+        return _load_timm(name, weights, seed, strict)
     if weights == "default":
         return _load_pretrained(name, seed)
     torch.manual_seed(seed)
     module = torchvision.models.get_model(name, weights=None).eval()
     loaded = LoadedModel(name, module, "none", False, default_preprocess(name, module), None, seed=seed)
     if weights != "none":
-        load_state_dict_file(module, Path(weights), name)
+        loaded.notice = load_state_dict_file(module, Path(weights), name, strict=strict)
         loaded.weights = str(weights)
         loaded.pretrained = True
     return loaded
@@ -97,8 +159,8 @@ def _load_pretrained(name: str, seed: int) -> LoadedModel:
     if not path.is_file():
         loaded = load_model(name, "none", seed)
         loaded.notice = (
-            f"Pretrained weights for {name} are not in the torch hub cache ({path}) and cannot be downloaded "
-            f"offline; showing an untrained {name} with random weights (seed {seed})."
+            f"Pretrained weights for {name} are not in the torch hub cache ({path}); "
+            f"showing an untrained {name} with random weights (seed {seed})."
         )
         return loaded
     try:
@@ -114,33 +176,202 @@ def first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
+def _timm_cached_weights(arch: str) -> Path | None:
+    """The file of timm's default pretrained weights for ``arch`` if it is already cached, else None.
+
+    timm fetches weights from the Hugging Face hub (cached under ``HF_HUB_CACHE``) or, for older models, from a
+    URL into the torch hub cache; either cache counts. Nothing is downloaded.
+    """
+    import timm
+
+    cfg = timm.models.get_pretrained_cfg(arch)  # the default tag's config, or None
+    if cfg is None:
+        return None
+    cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    hub_id = cfg.get("hf_hub_id")
+    if hub_id:
+        home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+        root = Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+        repo = root / ("models--" + hub_id.replace("/", "--"))
+        snapshots = []
+        ref = repo / "refs" / "main"
+        if ref.is_file():
+            snapshots.append(repo / "snapshots" / ref.read_text().strip())
+        if (repo / "snapshots").is_dir():
+            snapshots.extend(sorted((repo / "snapshots").iterdir()))
+        names = [cfg["hf_hub_filename"]] if cfg.get("hf_hub_filename") else ["model.safetensors", "pytorch_model.bin"]
+        for snapshot in snapshots:
+            for name in names:
+                if (snapshot / name).is_file():
+                    return snapshot / name
+    url = cfg.get("url")
+    if url:
+        path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+        if path.is_file():
+            return path
+    return None
+
+
+def timm_preprocess(module: nn.Module) -> Preprocess:
+    """timm's own input configuration for this model (size, crop fraction, mean, std, interpolation)."""
+    from timm.data import resolve_data_config
+
+    config = resolve_data_config({}, model=module)
+    channels, height, _width = config["input_size"]
+    interpolation = config.get("interpolation", "bilinear")
+    mean, std = tuple(config["mean"]), tuple(config["std"])
+    if channels == 1 and len(mean) != 1:  # timm keeps 3 statistics for a 1-channel model: average them
+        mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
+    return Preprocess(
+        resize=int(math.floor(height / config.get("crop_pct", 0.875))),
+        crop=int(height),
+        mean=mean,
+        std=std,
+        channels=3 if channels not in (1, 3) else int(channels),
+        interpolation=interpolation if interpolation in ("bilinear", "bicubic", "nearest") else "bilinear",
+    )
+
+
+def _timm_categories(module: nn.Module) -> list[str] | None:
+    try:
+        from timm.data import ImageNetInfo, infer_imagenet_subset
+
+        subset = infer_imagenet_subset(module)
+        return list(ImageNetInfo(subset).label_descriptions()) if subset else None
+    except Exception:  # older timm, or not an ImageNet head: no class names, which is fine
+        return None
+
+
+def _load_timm(name: str, weights: str, seed: int, strict: bool) -> LoadedModel:
+    import timm
+
+    arch = name[len(TIMM_PREFIX) :]
+    torch.manual_seed(seed)
+    cached = _timm_cached_weights(arch) if weights == "default" else None
+    try:
+        if cached is not None:
+            # timm's own loader (weights_only=True, with its key remapping), pointed at the cached file.
+            module = timm.create_model(arch, pretrained=True, pretrained_cfg_overlay={"file": str(cached)})
+        else:
+            module = timm.create_model(arch, pretrained=False)
+    except Exception as error:
+        where = f" with the cached weights {cached}" if cached else ""
+        raise ModelError(f"timm could not build {arch}{where} ({first_line(error)}).") from error
+    module.eval()
+    loaded = LoadedModel(name, module, "none", False, timm_preprocess(module), None, seed=seed, source="timm")
+    if cached is not None:
+        loaded.weights, loaded.pretrained = "default", True
+        loaded.categories = _timm_categories(module)
+    elif weights == "default":
+        loaded.notice = (
+            f"timm's pretrained weights for {arch} are not in the cache; "
+            f"showing an untrained {arch} with random weights (seed {seed})."
+        )
+    elif weights != "none":
+        loaded.notice = load_state_dict_file(module, Path(weights), name, strict=strict)
+        loaded.weights, loaded.pretrained = str(weights), True
+    return loaded
+
+
+def safetensors_available() -> bool:
+    return importlib.util.find_spec("safetensors") is not None
+
+
+def is_safetensors_file(path: Path) -> bool:
+    """A .safetensors file: an 8-byte little-endian header length, then a JSON header."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(9)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError:
+        return False
+    if len(head) < 9:
+        return False
+    length = int.from_bytes(head[:8], "little")
+    return head[8:9] == b"{" and 2 <= length <= size - 8
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    if not safetensors_available():
+        raise ModelError(
+            f"'{path}' is a safetensors file: reading it needs the safetensors package (pip install safetensors)."
+        )
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as error:
+        raise ModelError(f"'{path}' is not a readable safetensors file ({first_line(error)}).") from error
+
+
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Load a weights file without unpickling code, and unwrap the usual containers around a state_dict."""
+    """Load a weights file without unpickling code, and unwrap the usual containers around a state_dict.
+
+    ``.pt``/``.pth``/``.bin`` files load with ``torch.load(weights_only=True)``; ``.safetensors`` files with the
+    safetensors package, when installed.
+    """
+    path = Path(path)
     if not path.exists():
         raise ModelError(f"Weights file '{path}' does not exist.")
     if path.is_dir():
         raise ModelError(f"'{path}' is a folder, not a weights file.")
+    if path.suffix.lower() == ".safetensors" or is_safetensors_file(path):
+        return state_dict_from(_read_safetensors(path), path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         raise ModelError(
             f"'{path}' is not a weights file that loads safely with weights_only=True ({first_line(error)})."
         ) from error
+    return state_dict_from(data, path)
+
+
+# Prefixes that wrappers put on every key: DataParallel/DistributedDataParallel, and torch.compile.
+_KEY_PREFIXES = ("module.", "_orig_mod.")
+
+
+def state_dict_from(data: object, path: Path | str) -> dict[str, torch.Tensor]:
+    """The state_dict inside what a weights file held: ``{"state_dict": ...}``, ``{"model": ...}`` and key
+    prefixes added by DataParallel (``module.``) and torch.compile (``_orig_mod.``) are unwrapped."""
     for wrapper in ("state_dict", "model_state_dict", "model"):
         if isinstance(data, Mapping) and isinstance(data.get(wrapper), Mapping):
             data = data[wrapper]
-    if not isinstance(data, Mapping) or not all(isinstance(v, torch.Tensor) for v in data.values()):
+    if not isinstance(data, Mapping) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
         raise ModelError(f"'{path}' does not hold a state_dict (a mapping of parameter names to tensors).")
-    # DataParallel and DistributedDataParallel save every key with a "module." prefix.
-    if data and all(k.startswith("module.") for k in data):
-        data = {k[len("module.") :]: v for k, v in data.items()}
-    return dict(data)
+    state = {str(k): v for k, v in data.items()}
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in _KEY_PREFIXES:
+            if all(k.startswith(prefix) for k in state):
+                state = {k[len(prefix) :]: v for k, v in state.items()}
+                stripped = True
+    return state
 
 
-def load_state_dict_file(module: nn.Module, path: Path, arch: str) -> None:
-    """Load ``path`` into ``module`` strictly, or explain in plain words why the file does not fit."""
-    state = read_state_dict(path)
+def load_state_dict_file(module: nn.Module, path: Path, arch: str, strict: bool = True) -> str:
+    """Load ``path`` into ``module``, or explain in plain words why the file does not fit.
+
+    Strict (the default): nothing is loaded unless every key and shape fits. Non-strict: the tensors whose name
+    and shape fit are loaded, the rest keep their values, and the returned sentence says what was left out
+    (empty when everything fitted).
+    """
+    return load_state_dict(module, read_state_dict(Path(path)), f"Weights file '{path}'", arch, strict=strict)
+
+
+def load_state_dict(
+    module: nn.Module, state: Mapping[str, torch.Tensor], what: str, arch: str, strict: bool = True
+) -> str:
+    """Load ``state`` into ``module`` (see :func:`load_state_dict_file`); ``what`` names the source in messages."""
     own = module.state_dict()
+    state = dict(state)
+    if set(state) != set(own):
+        # A wrapper attribute around the whole model (Lightning's "model.", "net."): drop it when that fits exactly.
+        first = {k.split(".", 1)[0] for k in state}
+        if len(first) == 1 and all("." in k for k in state):
+            unwrapped = {k.split(".", 1)[1]: v for k, v in state.items()}
+            if set(unwrapped) == set(own):
+                state = unwrapped
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     mismatched = [
@@ -155,9 +386,24 @@ def load_state_dict_file(module: nn.Module, path: Path, arch: str) -> None:
         problems.append(f"{len(unexpected)} unexpected key(s): {_some(unexpected)}")
     if mismatched:
         problems.append(f"{len(mismatched)} shape mismatch(es): {_some(mismatched)}")
-    if problems:
-        raise ModelError(f"Weights file '{path}' does not fit {arch}: " + "; ".join(problems) + ".")
-    module.load_state_dict(state)
+    if not problems:
+        module.load_state_dict(state)
+        return ""
+    if strict:
+        raise ModelError(
+            f"{what} does not fit {arch}: " + "; ".join(problems) + " (a non-strict load would load the rest)."
+        )
+    fitting = {k: v for k, v in state.items() if k in own and v.shape == own[k].shape}
+    if not fitting:
+        raise ModelError(
+            f"{what} does not fit {arch} at all: none of its {len(state)} tensors has a matching name and shape."
+        )
+    module.load_state_dict(fitting, strict=False)
+    return (
+        f"Non-strict load: {len(fitting)} of {len(own)} tensors of {arch} loaded from {what[0].lower() + what[1:]}; "
+        + "; ".join(problems)
+        + " (those keep their initial values or were ignored)."
+    )
 
 
 def _some(items: list[str], limit: int = 3) -> str:

@@ -8,6 +8,7 @@ those facts decide which captures must be cloned and where ``register_full_backw
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -60,6 +61,7 @@ class ModuleRun:
     output_form: str  # "tensor", "tuple" (of tensors and non-tensors) or "structured"
     modifies_input: bool  # e.g. ReLU(inplace=True): a reference to its input goes stale
     output_modified_later: bool  # e.g. bn1 before an in-place ReLU, or bn2 before "out += identity"
+    input_needs_grad: bool = True  # False for e.g. Swin V2's cpb_mlp, fed a fixed coordinate table
 
     @property
     def ran(self) -> bool:
@@ -88,7 +90,7 @@ def _output_form(output: object) -> str:
 
 
 def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
-    """Run ``model`` once on ``example`` without gradients and record what every module did.
+    """Run ``model`` once on ``example`` and record what every module did.
 
     Tensor version counters tell in-place changes apart: a counter that moved after the module returned means a
     later in-place op overwrote its output; one that moved during the call means the module wrote into its input.
@@ -99,6 +101,7 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
     leaves: dict[str, tuple[str, ...]] = {}
     forms: dict[str, str] = {}
     modifies_input: set[str] = set()
+    input_needs_grad: set[str] = set()
     outputs: list[tuple[str, torch.Tensor, int]] = []
     pending_inputs: dict[str, list[list[tuple[torch.Tensor, int]]]] = {}
 
@@ -114,6 +117,8 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
             for tensor, version in pending_inputs[path].pop():
                 if tensor._version != version:
                     modifies_input.add(path)
+                if tensor.requires_grad:
+                    input_needs_grad.add(path)
             found = list(tensor_leaves(output))
             shapes.setdefault(path, []).extend(tuple(t.shape) for _, t in found)
             leaves.setdefault(path, tuple(name for name, _ in found))
@@ -123,17 +128,23 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
         return hook
 
     handles = []
+    # Full backward hooks are set aside: the survey exists to find where they would raise. Grad mode is on so
+    # that requires_grad tells which modules' inputs depend on the image at all.
+    set_aside = {module: module._backward_hooks for module in model.modules() if module._backward_hooks}
     try:
+        for module in set_aside:
+            module._backward_hooks = OrderedDict()
         for path, module in model.named_modules():
             handles.append(module.register_forward_pre_hook(pre_hook(path)))
             handles.append(module.register_forward_hook(post_hook(path)))
-        with torch.no_grad(), warnings.catch_warnings():
-            # Provisional full backward hooks on dict-returning modules warn; the survey is what replaces them.
+        with torch.enable_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="For backward hooks to be called")
-            model(example)
+            model(example.detach().requires_grad_(example.is_floating_point()))
     finally:
         for handle in handles:
             handle.remove()
+        for module, hooks in set_aside.items():
+            module._backward_hooks = hooks
 
     modified_later = {path for path, tensor, version in outputs if tensor._version != version}
     result = ModelSurvey(input_shape=tuple(example.shape), device=str(example.device))
@@ -145,5 +156,6 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
             output_form=forms[path],
             modifies_input=path in modifies_input,
             output_modified_later=path in modified_later,
+            input_needs_grad=path in input_needs_grad,
         )
     return result

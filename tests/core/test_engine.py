@@ -282,3 +282,40 @@ def test_module_tree_lists_every_module_with_parameters(resnet18):
     assert by_path["layer1.0.conv1"].params == 64 * 64 * 3 * 3
     assert by_path["layer1"].children == ("layer1.0", "layer1.1")
     assert len(nodes) == len(list(resnet18.named_modules()))
+
+
+class _TableBias(nn.Module):
+    """Like Swin V2's continuous position bias: an MLP over a fixed table, whose output never sees the image."""
+
+    def __init__(self, inplace: bool = True):
+        super().__init__()
+        self.register_buffer("table", torch.linspace(-1, 1, 50).reshape(1, 5, 5, 2))
+        self.mlp = nn.Sequential(nn.Linear(2, 8), nn.ReLU(inplace=inplace), nn.Linear(8, 3))
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        bias = self.mlp(self.table).permute(0, 3, 1, 2)  # (1, 3, 5, 5)
+        return (self.conv(x) + bias).mean(dim=(2, 3))
+
+
+def test_gradients_of_outputs_that_do_not_depend_on_the_image():
+    torch.manual_seed(0)
+    model = _TableBias().eval()
+    x = torch.randn(1, 3, 5, 5)
+    registry = HookRegistry(model)
+    for path in ("mlp", "mlp.0", "mlp.2"):
+        registry.add(path, "backward")
+    result = capture_run(model, registry, x)
+    got = records_by_key(result, "backward")
+    notes = {h.path: h.note for h in registry.handles()}
+    assert "do not depend on the image" in notes["mlp"]
+
+    reference = _TableBias(inplace=False).eval()
+    reference.load_state_dict(model.state_dict())
+    outputs = {}
+    for path in ("mlp", "mlp.0", "mlp.2"):
+        reference.get_submodule(path).register_forward_hook(lambda m, a, out, path=path: outputs.setdefault(path, out))
+    logits = reference(x.clone().requires_grad_(True))
+    grads = torch.autograd.grad(logits[0, logits[0].argmax()], [outputs[p] for p in ("mlp", "mlp.0", "mlp.2")])
+    for path, expected in zip(("mlp", "mlp.0", "mlp.2"), grads):
+        torch.testing.assert_close(got[path], expected, msg=path)

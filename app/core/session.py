@@ -1,0 +1,417 @@
+"""Sessions: everything needed to see again exactly what was on screen, in one JSON file.
+
+A session names the model (catalogue name, or a model file with its SHA-256), the weights, the device, the
+preprocessing, the ticked modules with their hook kinds, the channel edits, the image(s), the gradient target,
+the colormap and scaling, plus a free ``ui`` dict for window state. File paths are stored twice, absolute and
+relative to the session file, and resolved relative first, so a folder moved together with its session still
+opens. Opening a session never fails on a moved or changed file: each such problem becomes one readable line and
+the rest is restored; only a file that is not a session at all raises.
+
+Nothing here prints; the command line and the window show the problem lines their own way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.core.errors import HookscopeError, ModelError
+
+if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
+    from app.core.hooks import HookRegistry
+    from app.core.models import LoadedModel
+
+SESSION_VERSION = 1
+SESSION_FORMAT = "hookscope-session"
+SESSION_SUFFIX = ".hookscope.json"
+KNOWN_KINDS = ("forward", "pre", "backward", "tensor")
+KNOWN_SCALINGS = ("channel", "shared")
+
+
+@dataclass
+class Session:
+    """What the window (or ``hookscope export``) was looking at. Paths are plain strings, as resolved on load."""
+
+    version: int = SESSION_VERSION
+    # name, weights ("none", "default" or a weights file path), seed; for a model file also path, sha256, arch
+    model: dict[str, Any] = field(default_factory=lambda: {"name": "resnet18", "weights": "none", "seed": 0})
+    device: str = "cpu"
+    preprocessing: dict[str, Any] | None = None  # Preprocess.describe(); None: the model's default
+    hooks: list[tuple[str, str]] = field(default_factory=list)  # (module path, hook kind), in tick order
+    edits: list[str] = field(default_factory=list)  # intervention specs, e.g. "zero:layer4.1.conv2:3,5"
+    images: list[str] = field(default_factory=list)  # image A, then optionally image B
+    target: str | int = "top1"
+    colormap: str = "viridis"
+    scaling: str = "channel"
+    ui: dict[str, Any] = field(default_factory=dict)  # window state, opaque to the engine
+    # Filled by load_session, never saved: files the session names that were not found here.
+    missing: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The hook kinds in use, in the engine's order (what an export writes)."""
+        used = {kind for _, kind in self.hooks}
+        return tuple(kind for kind in KNOWN_KINDS if kind in used)
+
+    def found_images(self) -> list[str]:
+        """The session's images that exist here (a moved one is left out; its problem line says so)."""
+        return [image for image in self.images if image not in self.missing]
+
+    def blocking_problem(self) -> str | None:
+        """Why the session cannot be run at all (its model or weights file is missing), or None."""
+        path = self.model.get("path")
+        if path and path in self.missing:
+            return f"Model file '{path}' was not found (it may have moved); the session cannot run without it."
+        weights = self.model.get("weights")
+        if _is_file_weights(weights) and weights in self.missing:
+            return f"Weights file '{weights}' was not found (it may have moved); the session cannot run without it."
+        return None
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The file's SHA-256 as hex, read in 1 MiB blocks (model files can be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_file_weights(weights: object) -> bool:
+    return isinstance(weights, str) and weights not in ("none", "default", "")
+
+
+# ---- building a session from what is loaded ----------------------------------------------------------------
+def model_entry(loaded: LoadedModel, sha256: str | None = None) -> dict[str, Any]:
+    """The session's ``model`` dict for a loaded model.
+
+    Catalogue models: name, weights ("none", "default" or a state_dict file) and seed. Models opened from a file
+    add source ("state_dict", "pickle", "python"), path (the file), factory (for ``model.py:build``), arch (for a
+    state_dict) and sha256 (pass the hash taken when the file was opened, so a later change is still caught);
+    their weights are "none" unless a separate weights file was loaded into them.
+    """
+    entry: dict[str, Any] = {"name": loaded.name, "weights": loaded.weights, "seed": loaded.seed}
+    model_file = getattr(loaded, "model_file", "")
+    if model_file:
+        from app.core.model_files import split_factory
+
+        file, factory = split_factory(model_file)
+        entry["source"] = getattr(loaded, "source", "")
+        entry["path"] = os.path.abspath(file)
+        if factory:
+            entry["factory"] = factory
+        if entry["source"] == "state_dict":
+            entry["arch"] = loaded.name
+        if entry["source"] == "state_dict" or os.path.abspath(str(loaded.weights)) == entry["path"]:
+            entry["weights"] = "none"  # the weights are the model file itself
+        entry["sha256"] = sha256 or (file_sha256(file) if file.is_file() else None)
+    if _is_file_weights(entry["weights"]):
+        entry["weights"] = os.path.abspath(entry["weights"])
+    return entry
+
+
+def session_from(
+    loaded: LoadedModel,
+    hooks: Iterable[tuple[str, str]],
+    images: Sequence[str | os.PathLike],
+    *,
+    device: str = "cpu",
+    target: str | int = "top1",
+    edits: Iterable[str] = (),
+    colormap: str = "viridis",
+    scaling: str = "channel",
+    ui: dict[str, Any] | None = None,
+    model_sha256: str | None = None,
+) -> Session:
+    """A session for the given model, hooks and images (the window calls this for File > Save session).
+
+    ``hooks`` are (path, kind) pairs (e.g. from ``registry.handles()``), ``edits`` spec strings (``edit_specs``),
+    ``model_sha256`` the model file's hash taken when it was opened (computed now when not given).
+    """
+    return Session(
+        model=model_entry(loaded, model_sha256),
+        device=device,
+        preprocessing=loaded.preprocess.describe(),
+        hooks=[(str(path), str(kind)) for path, kind in hooks],
+        edits=[str(edit) for edit in edits],
+        images=[os.path.abspath(os.fspath(image)) for image in images],
+        target=target,
+        colormap=colormap,
+        scaling=scaling,
+        ui=dict(ui or {}),
+    )
+
+
+# ---- saving ------------------------------------------------------------------------------------------------
+def _file_ref(path: str, base: Path, sha256: str | None = None) -> dict[str, Any]:
+    absolute = os.path.abspath(path)
+    try:
+        relative: str | None = Path(os.path.relpath(absolute, base)).as_posix()
+    except ValueError:  # another drive on Windows: no relative path
+        relative = None
+    if sha256 is None and os.path.isfile(absolute):
+        sha256 = file_sha256(absolute)
+    return {"path": absolute, "relative": relative, "sha256": sha256}
+
+
+def session_document(session: Session, path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON object ``save_session`` writes for ``session`` at ``path``."""
+    base = Path(os.path.abspath(path)).parent
+    model = {k: v for k, v in session.model.items() if k not in ("path", "sha256", "weights", "weights_sha256")}
+    if session.model.get("path"):
+        model["file"] = _file_ref(session.model["path"], base, session.model.get("sha256"))
+    weights = session.model.get("weights", "none")
+    model["weights"] = (
+        _file_ref(weights, base, session.model.get("weights_sha256")) if _is_file_weights(weights) else weights
+    )
+    return {
+        "format": SESSION_FORMAT,
+        "version": session.version,
+        "model": model,
+        "device": session.device,
+        "preprocessing": session.preprocessing,
+        "hooks": [[p, k] for p, k in session.hooks],
+        "edits": list(session.edits),
+        "images": [_file_ref(image, base) for image in session.images],
+        "target": session.target,
+        "colormap": session.colormap,
+        "scaling": session.scaling,
+        "ui": session.ui,
+    }
+
+
+def save_session(session: Session, path: str | os.PathLike) -> None:
+    """Write ``session`` as JSON, atomically (a crash mid-save leaves the previous file intact)."""
+    target = Path(path)
+    try:
+        document = json.dumps(session_document(session, target), indent=2)
+    except (TypeError, ValueError) as error:
+        raise HookscopeError(f"The session holds a value that cannot be saved as JSON ({error}).") from error
+    except OSError as error:
+        raise HookscopeError(f"Cannot read a file the session names: {error.strerror or error}.") from error
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".session-", suffix=".tmp", dir=target.parent)
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(document + "\n")
+        os.replace(temporary, target)
+    except OSError as error:
+        raise HookscopeError(f"Cannot write '{target}': {error.strerror or type(error).__name__}.") from error
+
+
+# ---- loading -----------------------------------------------------------------------------------------------
+def _resolve(ref: Any, base: Path) -> tuple[str, str | None, bool]:
+    """(path to use, saved hash, found): the relative path first, so a folder moved as a whole still works."""
+    if isinstance(ref, str):
+        ref = {"path": ref}
+    if not isinstance(ref, dict) or not isinstance(ref.get("path"), str):
+        raise ValueError("a file entry needs a 'path'")
+    candidates = []
+    if isinstance(ref.get("relative"), str):
+        candidates.append(os.path.normpath(base / ref["relative"]))
+    candidates.append(ref["path"])
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate), ref.get("sha256"), True
+    return ref["path"], ref.get("sha256"), False
+
+
+def _changed(path: str, saved: str | None) -> bool:
+    return bool(saved) and file_sha256(path) != saved
+
+
+def load_session(path: str | os.PathLike) -> tuple[Session, list[str]]:
+    """Read a session; return it with one readable line per problem (moved or changed files, unknown values).
+
+    Raises HookscopeError (one line) only when the file is missing or is not a Hookscope session.
+    """
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HookscopeError(f"Session file '{source}' does not exist.") from None
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise HookscopeError(f"Cannot read session file '{source}': {reason}.") from error
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise HookscopeError(
+            f"'{source}' is not a Hookscope session: invalid JSON at line {error.lineno}, column {error.colno}."
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT or not isinstance(data.get("model"), dict):
+        raise HookscopeError(f"'{source}' is not a Hookscope session file.")
+    try:
+        return _session_of(data, Path(os.path.abspath(source)).parent)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+        raise HookscopeError(f"'{source}' is a damaged Hookscope session ({error}).") from None
+
+
+def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
+    problems: list[str] = []
+    session = Session()
+    version = int(data.get("version", SESSION_VERSION))
+    if version > SESSION_VERSION:
+        problems.append(
+            f"This session was saved by a newer Hookscope (format {version}); settings this version does not know were ignored."
+        )
+
+    saved_model = data["model"]
+    model = {k: v for k, v in saved_model.items() if k not in ("file", "weights")}
+    model["seed"] = int(model.get("seed", 0))
+    if saved_model.get("file") is not None:
+        found, sha256, ok = _resolve(saved_model["file"], base)
+        model["path"] = found
+        if sha256:
+            model["sha256"] = sha256
+        if not ok:
+            session.missing.append(found)
+            problems.append(
+                f"Model file '{found}' was not found (it may have moved); the session cannot run without it."
+            )
+        elif _changed(found, sha256):
+            problems.append(f"Model file '{found}' has changed since the session was saved (its SHA-256 differs).")
+    weights = saved_model.get("weights", "none")
+    if isinstance(weights, dict) or _is_file_weights(weights):
+        found, sha256, ok = _resolve(weights, base)
+        model["weights"] = found
+        if sha256:
+            model["weights_sha256"] = sha256
+        if not ok:
+            session.missing.append(found)
+            problems.append(
+                f"Weights file '{found}' was not found (it may have moved); the session cannot run without it."
+            )
+        elif _changed(found, sha256):
+            problems.append(f"Weights file '{found}' has changed since the session was saved (its SHA-256 differs).")
+    else:
+        model["weights"] = str(weights)
+    session.model = model
+
+    session.device = str(data.get("device", "cpu"))
+    preprocessing = data.get("preprocessing")
+    session.preprocessing = dict(preprocessing) if isinstance(preprocessing, dict) else None
+
+    for entry in data.get("hooks", []):
+        module, kind = str(entry[0]), str(entry[1])
+        if kind in KNOWN_KINDS:
+            session.hooks.append((module, kind))
+        else:
+            problems.append(f"Hook kind '{kind}' on '{module}' is unknown; that hook was not restored.")
+    session.edits = [str(edit) for edit in data.get("edits", [])]
+
+    for ref in data.get("images", []):
+        found, sha256, ok = _resolve(ref, base)
+        session.images.append(found)
+        if not ok:
+            session.missing.append(found)
+            problems.append(f"Image '{found}' was not found (it may have moved); the rest of the session was restored.")
+        elif _changed(found, sha256):
+            problems.append(f"Image '{found}' has changed since the session was saved (its SHA-256 differs).")
+
+    target = data.get("target", "top1")
+    session.target = target if target == "top1" else int(target)
+    from app.core.resources import COLORMAPS  # numpy only: cheap
+
+    colormap = str(data.get("colormap", "viridis"))
+    if colormap in COLORMAPS:
+        session.colormap = colormap
+    else:
+        problems.append(f"Colormap '{colormap}' is unknown; viridis is used instead.")
+    scaling = str(data.get("scaling", "channel"))
+    if scaling in KNOWN_SCALINGS:
+        session.scaling = scaling
+    else:
+        problems.append(f"Scaling '{scaling}' is unknown; per-channel scaling is used instead.")
+    ui = data.get("ui", {})
+    session.ui = dict(ui) if isinstance(ui, dict) else {}
+    return session, problems
+
+
+# ---- running a session -------------------------------------------------------------------------------------
+def load_session_model(session: Session, *, trust: bool = False, strict: bool = True) -> LoadedModel:
+    """Build the session's model with its weights and preprocessing; any problem raises one readable line.
+
+    A model file that runs code when opened (a pickled model, ``model.py:build``) needs ``trust`` again: a
+    session may come from someone else, so it never carries trust with it.
+    """
+    from app.core.images import Preprocess
+    from app.core.models import load_model
+
+    blocking = session.blocking_problem()
+    if blocking:
+        raise ModelError(blocking)
+    model = session.model
+    seed = int(model.get("seed", 0))
+    weights = str(model.get("weights", "none"))
+    if model.get("path"):
+        from app.core.model_files import open_model_file
+
+        spec = f"{model['path']}:{model['factory']}" if model.get("factory") else model["path"]
+        loaded = open_model_file(
+            spec, arch=model.get("arch"), trust=trust, strict=strict, seed=seed,
+            weights=weights if _is_file_weights(weights) else None,
+        )  # fmt: skip
+    else:
+        loaded = load_model(str(model.get("name", "resnet18")), weights, seed, strict=strict)
+    if session.preprocessing:
+        try:
+            loaded.preprocess = Preprocess(**session.preprocessing)
+        except (TypeError, ValueError) as error:
+            raise ModelError(f"The session's preprocessing is not valid ({error}).") from error
+    return loaded
+
+
+def register_session_hooks(registry: HookRegistry, session: Session) -> list[str]:
+    """Register the session's hooks; a module the model does not have is one problem line, not an error."""
+    problems = []
+    known = set(registry.paths)
+    for path, kind in session.hooks:
+        if path not in known:
+            problems.append(f"The model has no module '{path}'; its {kind} hook was not restored.")
+            continue
+        registry.add(path, kind)  # type: ignore[arg-type]
+    return problems
+
+
+DISABLED_EDIT = "#"  # an edit kept in the session but switched off: "#zero:layer1:3"
+
+
+def edit_specs(registry: HookRegistry) -> list[str]:
+    """The registry's edits as session strings, in the order added; a disabled edit is prefixed with '#'."""
+    return [("" if edit.enabled else DISABLED_EDIT) + edit.spec for _, edit, _ in registry.edits()]
+
+
+def apply_session_edits(
+    registry: HookRegistry, session: Session, preprocess: Any = None
+) -> tuple[list[str], dict[str, Any]]:
+    """Add the session's edits to ``registry``; return (problem lines, the mix edits' other images as tensors
+    for ``capture_run(..., others=...)``). An edit that cannot be restored is a problem line, not an error."""
+    if not session.edits:
+        return [], {}
+    from app.core.images import read_image
+    from app.core.interventions import parse_edit
+
+    problems: list[str] = []
+    others: dict[str, Any] = {}
+    for text in session.edits:
+        enabled = not text.startswith(DISABLED_EDIT)
+        spec = text[len(DISABLED_EDIT) :] if not enabled else text
+        try:
+            edit = parse_edit(spec)
+            if not enabled:
+                edit = replace(edit, enabled=False)
+            if edit.kind == "mix" and enabled and edit.other_image not in others:
+                if preprocess is None:
+                    raise HookscopeError("the model's preprocessing is needed to read its other image.")
+                others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
+            registry.add_edit(edit)
+        except HookscopeError as error:
+            problems.append(f"Edit '{spec}' was not restored: {error}")
+    return problems, others

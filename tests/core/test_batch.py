@@ -1,0 +1,250 @@
+"""Batch runs over a folder: broken files skipped and reported, interrupted batches resumed without redoing work."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.core.batch import DONE_FILE, BatchProgress, find_images, folder_names, run_batch
+from app.core.hooks import HookRegistry
+from app.core.images import Preprocess
+from app.core.models import load_model
+
+LAYERS = ("conv1", "layer1.0.relu", "layer4", "fc")
+
+
+@pytest.fixture(scope="module")
+def small_resnet():
+    """ResNet-18 fed 64-pixel crops: the real model, a fraction of the time."""
+    loaded = load_model("resnet18", "none", seed=0)
+    loaded.preprocess = Preprocess(resize=72, crop=64, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    return loaded
+
+
+@pytest.fixture
+def registry(small_resnet):
+    with HookRegistry(small_resnet.module) as registry:
+        for path in LAYERS:
+            registry.add(path, "forward")
+        registry.add("layer4", "backward")
+        yield registry
+
+
+def picture(path, seed, size=(90, 70)):
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """Five readable images (two in a subfolder), two broken ones, and files that are not images at all."""
+    root = tmp_path / "photos"
+    (root / "sub").mkdir(parents=True)
+    (root / ".thumbnails").mkdir()
+    picture(root / "a.png", 1)
+    picture(root / "b.JPG", 2)
+    picture(root / "c.jpg", 3)
+    picture(root / "sub" / "d.png", 4)
+    picture(root / "sub" / "a.png", 5)
+    picture(root / ".thumbnails" / "x.png", 6)
+    (root / "broken.png").write_bytes(b"this is not a PNG at all" * 10)
+    (root / "empty.jpg").write_bytes(b"")
+    (root / "notes.txt").write_text("not an image")
+    return root
+
+
+def rel(paths, root):
+    return [p.relative_to(root).as_posix() for p in paths]
+
+
+def test_find_images_sorted_with_or_without_subfolders(folder, tmp_path):
+    assert rel(find_images(folder), folder) == ["a.png", "b.JPG", "broken.png", "c.jpg", "empty.jpg"]
+    assert rel(find_images(folder, recursive=True), folder) == [
+        "a.png", "b.JPG", "broken.png", "c.jpg", "empty.jpg", "sub/a.png", "sub/d.png",
+    ]  # fmt: skip
+    # the batch's own output inside the folder is never read back as input
+    (folder / "out" / "a").mkdir(parents=True)
+    picture(folder / "out" / "a" / "conv1.png", 7)
+    assert "out/a/conv1.png" in rel(find_images(folder, recursive=True), folder)
+    assert "out/a/conv1.png" not in rel(find_images(folder, recursive=True, exclude=folder / "out"), folder)
+    np.save(folder / "out" / "a" / "input.npy", np.zeros(1))  # a (half-written) output folder is recognised
+    assert "out/a/conv1.png" not in rel(find_images(folder, recursive=True), folder)
+    assert folder_names([folder / "a.png", folder / "a.jpg", folder / "sub" / "a.png"], folder) == [
+        "a.png", "a.jpg", "sub__a",
+    ]  # fmt: skip
+
+
+def read_summary(out):
+    with open(out / "summary.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_batch_skips_two_broken_files_and_finishes_the_rest(small_resnet, registry, folder, tmp_path):
+    out = tmp_path / "out"
+    images = find_images(folder, recursive=True)
+    seen: list[BatchProgress] = []
+    report = run_batch(
+        small_resnet, registry, images, out, root=folder, kinds=("forward", "backward"), png=True, progress=seen.append
+    )
+    assert sorted(report.done) == ["a.png", "b.JPG", "c.jpg", "sub/a.png", "sub/d.png"]
+    assert [name for name, _ in report.skipped] == ["broken.png", "empty.jpg"]
+    reasons = dict(report.skipped)
+    assert reasons["broken.png"] == f"Cannot read '{folder / 'broken.png'}': it is not an image file (or its format is not supported)."
+    assert reasons["empty.jpg"] == f"Cannot read '{folder / 'empty.jpg'}': the file is empty."
+    assert not report.cancelled and report.resumed == []
+    assert [p.handled for p in seen] == list(range(1, 8)) and seen[-1].total == 7 and seen[-1].skipped == 2
+
+    # one subfolder per image, in the layout of `hookscope export`
+    for name in ("a", "b", "c", "sub__a", "sub__d"):
+        manifest = json.loads((out / name / "manifest.json").read_text())
+        assert (out / name / DONE_FILE).is_file() and (out / name / "png" / "forward" / "conv1.png").is_file()
+        assert manifest["hook_kinds"] == ["forward", "backward"]
+    assert json.loads((out / "sub__a" / "manifest.json").read_text())["image"] == str(folder / "sub" / "a.png")
+    assert not (out / "broken").exists()
+
+    rows = read_summary(out)
+    assert [r["image"] for r in rows] == rel(images, folder)
+    assert [r["status"] for r in rows] == ["done", "done", "skipped", "done", "skipped", "done", "done"]
+    assert rows[2]["reason"] == reasons["broken.png"]
+    keys = ["conv1", "layer1.0.relu", "layer1.0.relu#1", "layer4", "fc"]
+    assert list(rows[0])[:9] == ["image", "status", "reason", "folder", "top1", "top2", "top3", "top4", "top5"]
+    assert list(rows[0])[9:] == [f"mean {k}" for k in keys]
+    for row in rows:
+        if row["status"] != "done":
+            continue
+        tops = [row[f"top{k}"].split(":") for k in range(1, 6)]
+        probabilities = [float(t[2]) for t in tops]
+        assert probabilities == sorted(probabilities, reverse=True) and all(t[1] == f"class {t[0]}" for t in tops)
+        with np.load(out / row["folder"] / "activations.npz") as archive:
+            for key in keys:
+                assert float(row[f"mean {key}"]) == pytest.approx(float(archive[key].astype(np.float64).mean()))
+
+
+def test_an_interrupted_batch_resumes_without_redoing_finished_images(small_resnet, registry, folder, tmp_path):
+    out = tmp_path / "out"
+    images = [p for p in find_images(folder, recursive=True) if p.stem not in ("broken", "empty")]
+    handled: list[str] = []
+    report = run_batch(
+        small_resnet, registry, images, out, root=folder, png=False,
+        progress=lambda p: handled.append(p.image), cancelled=lambda: len(handled) >= 2,
+    )  # fmt: skip
+    assert report.cancelled and report.done == ["a.png", "b.JPG"]
+    assert [r["status"] for r in read_summary(out)] == ["done", "done", "not run", "not run", "not run"]
+    finished = {name: (out / name / "manifest.json").stat().st_mtime_ns for name in ("a", "b")}
+    (out / "c").mkdir()  # a half-written folder, as a crash leaves it: no done.json
+    (out / "c" / "activations.npz").write_bytes(b"partial")
+
+    # interrupted by the user (Ctrl-C) during the next image: what was computed is still written
+    def stop(progress):
+        if progress.status == "done":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(small_resnet, registry, images, out, root=folder, png=False, resume=True, progress=stop)
+    assert (out / "c" / DONE_FILE).is_file() and not (out / "sub__a").exists()
+    finished["c"] = (out / "c" / "manifest.json").stat().st_mtime_ns
+    assert [r["status"] for r in read_summary(out)] == ["done", "done", "done", "not run", "not run"]
+
+    statuses: list[str] = []
+    report = run_batch(
+        small_resnet, registry, images, out, root=folder, png=False, resume=True,
+        progress=lambda p: statuses.append(p.status),
+    )  # fmt: skip
+    assert sorted(report.resumed) == ["a.png", "b.JPG", "c.jpg"] and report.done == ["sub/a.png", "sub/d.png"]
+    assert statuses == ["resumed"] * 3 + ["done"] * 2
+    for name, mtime in finished.items():
+        assert (out / name / "manifest.json").stat().st_mtime_ns == mtime, name
+    rows = read_summary(out)
+    assert [r["status"] for r in rows] == ["done"] * 5 and all(r["top1"] and r["mean conv1"] for r in rows)
+    assert np.load(out / "c" / "activations.npz")["conv1"].shape == (1, 64, 32, 32)
+
+
+def test_resume_redoes_images_finished_with_other_settings(small_resnet, registry, folder, tmp_path):
+    out = tmp_path / "out"
+    images = [folder / "a.png", folder / "c.jpg"]
+    run_batch(small_resnet, registry, images, out, root=folder, png=False)
+    registry.add("layer2", "forward")
+    report = run_batch(small_resnet, registry, images, out, root=folder, png=False, resume=True)
+    assert report.resumed == [] and report.done == ["a.png", "c.jpg"]
+    assert "layer2" in np.load(out / "a" / "activations.npz").files
+
+
+# ---- the command line: a real process, as a user runs it (each start costs a few seconds of imports) -------
+def hookscope(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=root, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_batch_reports_broken_files_and_resumes(folder, tmp_path):
+    out = tmp_path / "out"
+    args = ("export", "--images", str(folder), "--layers", "conv1,layer4", "--no-png", "--out", str(out))
+    done = hookscope(*args)
+    assert done.returncode == 0, done.stderr
+    assert "5 of 5 images" not in done.stdout and f"3 of 5 images written to {out}; 2 skipped" in done.stdout
+    # the progress bar is one line redrawn after \r (text mode reads each \r as a line end)
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    assert lines[-3].startswith("5/5 images, ") and lines[-3].endswith(" img/s, skipped 2")
+    assert "Traceback" not in done.stderr
+    assert lines[-2:] == [
+        f"hookscope: skipped: Cannot read '{folder / 'broken.png'}': it is not an image file (or its format is not supported).",
+        f"hookscope: skipped: Cannot read '{folder / 'empty.jpg'}': the file is empty.",
+    ]
+    rows = read_summary(out)
+    assert [(r["image"], r["status"]) for r in rows] == [
+        ("a.png", "done"), ("b.JPG", "done"), ("broken.png", "skipped"), ("c.jpg", "done"), ("empty.jpg", "skipped"),
+    ]  # fmt: skip
+    assert list(rows[0])[9:] == ["mean conv1", "mean layer4"]
+    stamps = {n: (out / n / "manifest.json").stat().st_mtime_ns for n in ("a", "b", "c")}
+
+    again = hookscope(*args, "--recursive", "--resume")
+    assert again.returncode == 0, again.stderr
+    assert f"5 of 7 images written to {out}, 3 of them finished by an earlier run; 2 skipped" in again.stdout
+    assert {n: (out / n / "manifest.json").stat().st_mtime_ns for n in stamps} == stamps
+    assert [r["status"] for r in read_summary(out)].count("done") == 5
+
+
+def test_cli_batch_exits_2_when_no_image_can_be_read(tmp_path, capsys):
+    from app.cli import main
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.png").write_bytes(b"junk")
+    assert main(["export", "--images", str(tmp_path / "in"), "--layers", "fc", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "hookscope: error: None of the 1 images could be read."
+    (tmp_path / "in" / "x.png").unlink()
+    (tmp_path / "in" / "sub").mkdir()
+    picture(tmp_path / "in" / "sub" / "y.png", 1)
+    assert main(["export", "--images", str(tmp_path / "in"), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (
+        f"hookscope: error: There are no image files in '{tmp_path / 'in'}' (add --recursive to look in subfolders).\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "One of --image, --images or --session is required."),
+        (["--image", "a.png", "--session", "s.json"], "--image and --session cannot be used together; choose one."),
+        (["--image", "a.png", "--resume"], "--resume goes with --images DIR."),
+    ],
+)
+def test_cli_export_needs_exactly_one_source(args, message, capsys):
+    from app.cli import main
+
+    assert main(["export", *args]) == 2
+    assert capsys.readouterr().err == f"hookscope: error: {message}\n"
+
+
+def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
+    from app.cli import main
+
+    assert main(["bench", "--batch", "--images", "4", "--layers", "conv1,layer4"]) == 0
+    out = capsys.readouterr().out
+    assert "modules hooked (forward+backward): conv1, layer4" in out
+    assert "resnet18, 4 images, 2 modules, PNGs off" in out and "bare " in out and "ratio " in out

@@ -1,0 +1,145 @@
+"""The hook inspector's code: the plain-PyTorch snippets, run in a fresh namespace, reproduce Hookscope's records."""
+
+import copy
+
+import pytest
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from app.core.capture import capture_run
+from app.core.hooks import FALLBACK, HookRegistry
+from app.core.interventions import parse_edit
+from app.core.snippets import captured_key, hook_snippet, module_expression, registry_script, snippet_for
+
+READS = [
+    ("bn1", "forward"),  # an in-place ReLU follows: the snippet must copy
+    ("layer1.0.relu", "forward"),  # runs twice per forward pass
+    ("relu", "pre"),
+    ("conv1", "backward"),  # a full backward hook works here
+    ("bn1", "backward"),  # the fallback: a tensor hook
+    ("layer1.0.relu", "backward"),  # the fallback, twice per forward pass
+    ("layer2.0.conv1", "backward"),
+    ("layer4.1.conv2", "tensor"),
+    ("layer4.1.conv2", "forward"),
+    ("layer2", "forward"),
+    ("layer3.0.conv1", "forward"),
+    ("layer3.0.bn1", "backward"),
+    ("fc", "pre"),
+    ("fc", "forward"),
+    ("fc", "backward"),
+]
+EDITS = [
+    "keep:layer1.0.conv1:7,9",
+    "mix:layer2:0.7:B",
+    "scale:layer2.0.conv1:0.5:1,2",
+    "scale-grad-input:layer2.0.conv1:1.6",
+    "scale-grad:layer3.0.conv1:1.6",
+    "zero:layer4.1.conv2:3,5",
+    "scale:layer4.1.bn1:1.5",
+    "scale-input:fc:2",
+]
+
+
+def run_like_hookscope(model, x):
+    """Forward, the top-1 logit, backward to the input: what capture_run does, written out."""
+    xin = x.clone().requires_grad_(True)
+    logits = model(xin)
+    torch.autograd.backward(logits[0, logits[0].argmax()], inputs=[xin])
+    return logits.detach()
+
+
+@pytest.fixture(scope="module")
+def small_input():
+    return torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def other_input():
+    return torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(4))
+
+
+def test_the_whole_script_reproduces_every_record(resnet18, small_input, other_input):
+    fresh = copy.deepcopy(resnet18)  # before any hook: the script gets a model without Hookscope's hooks
+    registry = HookRegistry(resnet18)
+    for path, kind in READS:
+        registry.add(path, kind)
+    for spec in EDITS:
+        registry.add_edit(parse_edit(spec))
+    # one edit switched off and on again: its hook is now the newest, so it runs first on its module
+    first = registry.edits()[0][0]
+    registry.set_edit_enabled(first, False)
+    registry.set_edit_enabled(first, True)
+    result = capture_run(resnet18, registry, small_input, others={"B": other_input})
+    assert {h.method for h in registry.handles() if h.path == "bn1" and h.kind == "backward"} == {FALLBACK}
+
+    script = registry_script(registry)
+    assert script.count("# remove with h_") == len(registry.live_hooks())
+    namespace = {"model": fresh, "others": {"B": other_input}}
+    exec(compile(script, "<hookscope script>", "exec"), namespace)
+    logits = run_like_hookscope(fresh, small_input)
+    captured = namespace["captured"]
+
+    assert torch.equal(logits, result.scores)
+    assert len(result.records) > len(READS)
+    for record in result.records:
+        value = captured[captured_key(record.path, record.kind)]
+        if result.survey.run_of(record.path).calls > 1:
+            value = value[record.call]
+        torch.testing.assert_close(value, record.tensor, rtol=0, atol=0, msg=f"{record.kind} {record.key}")
+
+
+def test_each_snippet_alone_reproduces_its_capture(resnet18, small_input, hook_counts):
+    fresh = copy.deepcopy(resnet18)
+    registry = HookRegistry(resnet18)
+    for path, kind in [("bn1", "backward"), ("layer1.0.relu", "forward"), ("fc", "backward"), ("relu", "pre")]:
+        registry.add(path, kind)
+    result = capture_run(resnet18, registry, small_input)
+    for info in registry.handles():
+        namespace = {"model": fresh, "torch": torch, "captured": {}}
+        exec(snippet_for(registry, info), namespace)
+        run_like_hookscope(fresh, small_input)
+        for name, value in namespace.items():  # as the snippet's last line says: remove with h_....remove()
+            if name.startswith("h_") and isinstance(value, RemovableHandle):
+                value.remove()
+        assert hook_counts(fresh) == {p: (0, 0, 0, 0) for p, _ in fresh.named_modules()}
+        value = namespace["captured"][captured_key(info.path, info.kind)]
+        for record in result.records:
+            if (record.path, record.kind) == (info.path, info.kind):
+                got = value[record.call] if isinstance(value, list) else value
+                assert torch.equal(got, record.tensor), record.key
+
+
+def test_snippets_read_like_the_pytorch_api(resnet18, small_input):
+    registry = HookRegistry(resnet18)
+    registry.add("layer1", "forward")
+    registry.add("bn1", "backward")
+    zero = registry.add_edit(parse_edit("zero:layer4.1.conv2:3,5"))
+    grad_input = registry.add_edit(parse_edit("scale-grad-input:layer4.1.conv2:1.6"))
+    capture_run(resnet18, registry, small_input)
+    by_path = {(h.path, h.kind): h for h in registry.live_hooks() if h.edit_id is None}
+
+    forward = snippet_for(registry, by_path[("layer1", "forward")])
+    assert "h_save_output_layer1 = model.layer1.register_forward_hook(save_output_layer1)" in forward
+    assert 'captured["forward:layer1"] = output.detach().clone()' in forward
+    fallback = snippet_for(registry, by_path[("bn1", "backward")])
+    assert (
+        "# An in-place operation after this module changes its output, so a full backward hook would raise" in fallback
+    )
+    assert "output.register_hook(save)" in fallback
+    edit = hook_snippet(registry.edits()[0][2], registry.edit(zero))
+    assert (
+        'model.get_submodule("layer4.1.conv2").register_forward_hook(edit1_zero_layer4_1_conv2, prepend=True)' in edit
+    )
+    assert "output[:, [3, 5]] = 0" in edit and "return output" in edit
+    assert "register_full_backward_hook" in hook_snippet(registry.edits()[1][2], registry.edit(grad_input))
+    with pytest.raises(ValueError, match="needs its Intervention"):
+        hook_snippet(registry.edits()[0][2])
+    for info in registry.live_hooks():
+        compile(snippet_for(registry, info), "<snippet>", "exec")
+
+
+def test_module_expression():
+    assert module_expression("layer1") == "model.layer1"
+    assert module_expression("layer4.1.conv2") == 'model.get_submodule("layer4.1.conv2")'
+    assert module_expression("") == "model"
+    assert module_expression("train") == 'model.get_submodule("train")'  # a Module method, not the child
