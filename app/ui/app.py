@@ -1,0 +1,227 @@
+"""Starting the window: interactively, for one screenshot (``--screenshot``), or as an end-to-end self-test.
+
+The command line (``app.cli``) calls ``run_gui``; user errors in the arguments raise ``HookscopeError`` in the
+headless modes, so the command line prints them as one line, and show as a dialog in the interactive window.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
+from PySide6.QtCore import QEventLoop, QThreadPool, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.core.devices import resolve_device
+from app.core.errors import HookscopeError, ModelError
+from app.core.images import read_image
+from app.core.models import DEFAULT_MODEL, catalogue
+from app.ui.main_window import MainWindow
+from app.ui.theme import apply_theme, configure_pyqtgraph
+
+SELF_TEST_REPORT_ENV = "HOOKSCOPE_SELF_TEST_REPORT"
+RUN_TIMEOUT_S = 300
+HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+SCREENSHOT_SIZE = (1560, 980)
+
+
+def _no_display() -> bool:
+    return sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def application(offscreen: bool = False) -> QApplication:
+    """The one QApplication (reused when one exists, as under pytest-qt), themed for Hookscope."""
+    existing = QApplication.instance()
+    if existing is None:
+        if offscreen:
+            os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        existing = QApplication([sys.argv[0] if sys.argv else "hookscope"])
+        existing.setApplicationName("Hookscope")
+        existing.setOrganizationName("Hookscope")
+        existing.setApplicationDisplayName("Hookscope")
+    configure_pyqtgraph()
+    apply_theme(existing)
+    return existing  # type: ignore[return-value]
+
+
+def _check_model(model: str | None) -> str:
+    name = model or DEFAULT_MODEL
+    if name not in catalogue():
+        close = [n for n in catalogue() if name.lower() in n][:6]
+        hint = f"; did you mean one of: {', '.join(close)}?" if close else "; see the model list in the window."
+        raise ModelError(f"Unknown model '{name}'{hint}")
+    return name
+
+
+def wait_for_run(window: MainWindow, timeout_s: float = RUN_TIMEOUT_S) -> str | None:
+    """Run the event loop until the window finishes a run; returns the error text if one came first."""
+    loop = QEventLoop()
+    outcome: dict[str, str] = {}
+
+    def failed(message: str) -> None:
+        outcome["error"] = message
+        loop.quit()
+
+    def timed_out() -> None:
+        outcome["error"] = f"no run finished within {timeout_s:.0f} s"
+        loop.quit()
+
+    window.run_finished.connect(loop.quit)
+    window.error_shown.connect(failed)
+    timer = QTimer()
+    timer.setSingleShot(True)
+    timer.timeout.connect(timed_out)
+    timer.start(int(timeout_s * 1000))
+    loop.exec()
+    timer.stop()
+    window.run_finished.disconnect(loop.quit)
+    window.error_shown.disconnect(failed)
+    return outcome.get("error")
+
+
+def settle(ms: int = 300) -> None:
+    """Let pending paints and layout happen before grabbing pixels."""
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
+def _close(window: MainWindow) -> None:
+    window.close()
+    window.deleteLater()
+    QApplication.processEvents()
+
+
+def take_screenshot(
+    out: str, image: str | None, model: str | None, weights: str, device: str, check: list[str] | None
+) -> int:
+    """Open the real window, tick ``check`` (activations and gradients) as a click would, wait, save, exit."""
+    name = _check_model(model)
+    resolve_device(device)
+    if image is not None:
+        read_image(image)  # a clear one-line error now, not a timeout later
+    application(offscreen=_no_display())
+    window = MainWindow(name, weights, device, image, checks=check, remember=False)
+    window.show_dialogs = False
+    window.resize(*SCREENSHOT_SIZE)
+    window.show()
+    try:
+        error = wait_for_run(window)
+        if window.missing_checks:
+            raise HookscopeError(f"{name} has no module named {', '.join(map(repr, window.missing_checks))}.")
+        if error:
+            raise HookscopeError(error)
+        settle()
+        folder = os.path.dirname(os.path.abspath(out))
+        os.makedirs(folder, exist_ok=True)
+        if not window.save_screenshot(out):
+            raise HookscopeError(f"Could not write the screenshot to '{out}'.")
+    finally:
+        _close(window)
+    print(f"hookscope: screenshot of the window saved to {out}")
+    return 0
+
+
+def _leftover_hooks(module: torch.nn.Module) -> list[str]:
+    return [
+        f"{path or '(model)'}.{attribute}"
+        for path, sub in module.named_modules()
+        for attribute in HOOK_DICTS
+        if getattr(sub, attribute, None)
+    ]
+
+
+def run_self_test() -> int:
+    """Start offscreen on the built-in default, run end to end, check panels and hook removal, report one line."""
+    start = time.perf_counter()
+    application(offscreen=True)
+    window = MainWindow(DEFAULT_MODEL, "default", "cpu", None, None, remember=False)
+    window.show_dialogs = False
+    window.resize(*SCREENSHOT_SIZE)
+    window.show()
+    problems: list[str] = []
+    summary = ""
+    try:
+        error = wait_for_run(window)
+        if error:
+            problems.append(f"the first run failed: {error}")
+        else:
+            loaded = window.loaded
+            ticked = window.ticked_pairs()
+            filled = [p for p in window.panel_area.panels.values() if p.picture is not None]
+            empty = sorted(f"{kind}:{path}" for path, kind in ticked
+                           if not any(p.path == path and p.kind == kind for p in filled))
+            if not ticked:
+                problems.append("no module was ticked")
+            if empty:
+                problems.append(f"panels left empty: {', '.join(empty)}")
+            for panel in filled:
+                image = panel.picture.arrangement.image
+                if panel.picture.channels.kind == "maps" and (image is None or not image.size or not image.any()):
+                    problems.append(f"panel {panel.key} ({panel.kind}) shows a blank mosaic")
+            if window.last_outcome is None or not window.last_outcome.result.top5:
+                problems.append("no predictions were shown")
+            timings = dict(window.last_timings)
+            window.untick_all()
+            error = wait_for_run(window)
+            if error:
+                problems.append(f"the run after unticking failed: {error}")
+            if window.registry is not None and window.registry.handles():
+                problems.append(f"the registry still holds {len(window.registry.handles())} hooks")
+            left = _leftover_hooks(loaded.module) if loaded is not None else ["no model"]
+            if left:
+                problems.append(f"hooks left on the model: {', '.join(left[:5])}")
+            if window.panel_area.panels:
+                problems.append(f"{len(window.panel_area.panels)} panels left after unticking")
+            if loaded is not None and timings:
+                summary = (
+                    f"{loaded.name} ({'pretrained' if loaded.pretrained else 'untrained'}), {len(filled)} panels "
+                    f"filled, forward {timings['forward_ms']:.0f} ms, backward {timings['backward_ms']:.0f} ms, "
+                    f"render {timings['prepare_ms'] + timings['apply_ms']:.0f} ms, every hook removed"
+                )
+    finally:
+        _close(window)
+    if QThreadPool.globalInstance().activeThreadCount():
+        problems.append("a worker thread was still running after the window closed")
+    elapsed = time.perf_counter() - start
+    if problems:
+        line = f"hookscope self-test: FAILED: {'; '.join(problems)}"
+    else:
+        line = f"hookscope self-test: ok: {summary} ({elapsed:.1f} s)"
+    print(line)
+    report = os.environ.get(SELF_TEST_REPORT_ENV)
+    if report:
+        with open(report, "w", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    return 1 if problems else 0
+
+
+def run_gui(
+    image: str | None,
+    model: str | None,
+    weights: str,
+    device: str,
+    screenshot: str | None,
+    check: list[str] | None,
+    self_test: bool,
+) -> int:
+    """The ``hookscope`` window. Returns the process exit status."""
+    if self_test:
+        return run_self_test()
+    if screenshot:
+        return take_screenshot(screenshot, image, model, weights, device, check)
+    app = application()
+    problems = []
+    try:
+        name = _check_model(model)
+    except HookscopeError as error:
+        name, problems = DEFAULT_MODEL, [str(error)]
+    window = MainWindow(name, weights, device, image, checks=check)
+    window.show()
+    if problems:
+        QTimer.singleShot(0, lambda: window.show_error(problems[0]))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl+C in the terminal ends the app
+    return app.exec()

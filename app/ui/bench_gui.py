@@ -1,0 +1,205 @@
+"""How the window keeps up: panel rendering against the run itself, and the longest stall of the GUI event loop.
+
+    python -m app.ui.bench_gui [--model resnet50] [--modules 20] [--runs 3] [--device cpu]
+
+Ticks ``--modules`` modules (spread over the network) for activations and gradients through the tree model, then
+runs the sample image ``--runs`` times in the real window. Per run it measures, in one process:
+
+* forward and backward time (the engine's own timings);
+* render time: preparing every panel's picture in the worker + updating every panel on the GUI thread +
+  painting: what the window paints (the panels in view), and that paint time per panel scaled to all panels;
+* the event loop's longest stall from the moment the run is requested until it is on screen, from a 5 ms timer
+  on the GUI thread.
+
+Then it compares one panel of 2048 channels (7x7) with one of 64 channels (56x56): update + paint and a hover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
+from PySide6.QtCore import QElapsedTimer, QPointF, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.core.hooks import Record
+from app.ui.app import SCREENSHOT_SIZE, _close, _no_display, application, settle, wait_for_run
+from app.ui.main_window import MainWindow
+from app.ui.panels import FeatureMapPanel
+from app.ui.pictures import PanelSettings, picture_of
+
+TIMER_MS = 5
+
+
+class StallMeter:
+    """The longest gap between ticks of a fast timer on the GUI thread: how long the window stopped answering."""
+
+    def __init__(self) -> None:
+        self._timer = QTimer()
+        self._timer.setInterval(TIMER_MS)
+        self._timer.timeout.connect(self._tick)
+        self._clock = QElapsedTimer()
+        self.worst_ms = 0.0
+
+    def start(self) -> None:
+        self.worst_ms = 0.0
+        self._clock.start()
+        self._timer.start()
+
+    def _tick(self) -> None:
+        gap = self._clock.nsecsElapsed() / 1e6
+        self._clock.restart()
+        self.worst_ms = max(self.worst_ms, gap - TIMER_MS)
+
+    def stop(self) -> float:
+        self._tick()
+        self._timer.stop()
+        return self.worst_ms
+
+
+def spread_modules(window: MainWindow, count: int) -> list[str]:
+    """``count`` modules evenly spread through the network (convolutions and blocks, so outputs are maps)."""
+    candidates = [n.path for n in window.tree_model.nodes if n.type_name in ("Conv2d", "Bottleneck", "BasicBlock")]
+    if len(candidates) <= count:
+        return candidates
+    step = len(candidates) / count
+    return [candidates[int(i * step)] for i in range(count)]
+
+
+def _repaint_after_new_data(window: MainWindow) -> float:
+    """Give every panel its picture again and time the paints the event loop then does (dirty regions only,
+    as after a run: the scene's update request, the viewport, the footer labels)."""
+    QApplication.processEvents()
+    for panel in window.panel_area.panels.values():
+        if panel.picture is not None:
+            panel.show_picture(panel.picture)  # new data: every ImageItem renders anew, as after a run
+    start = time.perf_counter()
+    for _ in range(3):  # scene update -> viewport update -> paint
+        QApplication.processEvents()
+    return (time.perf_counter() - start) * 1000
+
+
+def paint_panels(window: MainWindow) -> tuple[float, float]:
+    """Paint time after new data: (all panels, the panels in view), in ms.
+
+    What the window paints is measured: the panels in view at the window's size. For "all panels" that time per
+    painted panel is scaled to every panel, as if all were on screen at once (an offscreen window tall enough
+    to hold them all repaints several times over, so measuring it directly overstates the cost).
+    """
+    shown = sum(1 for p in window.panel_area.panels.values() if not p.visibleRegion().isEmpty())
+    visible = _repaint_after_new_data(window)
+    total = len(window.panel_area.panels)
+    return (visible / shown * total if shown else visible), visible
+
+
+def compare_channel_counts() -> list[str]:
+    lines = []
+    results = {}
+    for channels, side in ((64, 56), (2048, 7)):
+        values = torch.rand(1, channels, side, side, generator=torch.Generator().manual_seed(0))
+        record = Record("layer", "forward", 0, "", "register_forward_hook", values)
+        panel = FeatureMapPanel("layer", "forward", "layer", PanelSettings())
+        panel.resize(520, 560)
+        panel.show()
+        QApplication.processEvents()
+        times, hovers, prepare = [], [], []
+        for _ in range(10):
+            start = time.perf_counter()
+            picture = picture_of(record, PanelSettings())
+            prepare.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            panel.show_picture(picture)
+            panel._view.grab()
+            times.append((time.perf_counter() - start) * 1000)
+            layout = picture.arrangement.layout
+            x, y = layout.tile_origin(channels - 1)
+            scene = panel._viewbox.mapViewToScene(QPointF(x + 0.5, y + 0.5))
+            start = time.perf_counter()
+            panel._on_mouse_moved(scene)
+            hovers.append((time.perf_counter() - start) * 1000)
+        results[channels] = statistics.median(times)
+        lines.append(
+            f"  {channels:>5} channels of {side}x{side}: prepare (worker) {statistics.median(prepare):6.2f} ms, "
+            f"update + paint (GUI) {statistics.median(times):6.2f} ms, hover {statistics.median(hovers):.3f} ms"
+        )
+        panel.close()
+        panel.deleteLater()
+    lines.append(f"  2048 vs 64 channels, update + paint: {results[2048] / results[64]:.2f}x")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.ui.bench_gui", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--modules", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    application(offscreen=_no_display())
+    window = MainWindow(args.model, "none", args.device, None, checks=[], remember=False)
+    window.show_dialogs = False
+    window.resize(*SCREENSHOT_SIZE)
+    window.show()
+    error = wait_for_run(window)
+    if error:
+        print(f"bench_gui: {error}", file=sys.stderr)
+        return 1
+    paths = spread_modules(window, args.modules)
+    meter = StallMeter()
+    meter.start()
+    start = time.perf_counter()
+    window.tree_model.set_ticked([(p, k) for p in paths for k in ("forward", "backward")], True)
+    tick_ms = (time.perf_counter() - start) * 1000  # hooks registered and every panel created
+    error = wait_for_run(window)  # the first hooked run (includes the survey)
+    settle(300)
+    first_stall = meter.stop()
+    if error:
+        print(f"bench_gui: {error}", file=sys.stderr)
+        return 1
+
+    rows = []
+    for _ in range(args.runs):
+        meter.start()
+        window.run_again()
+        error = wait_for_run(window)
+        settle(300)  # the paints that follow the update
+        stall = meter.stop()
+        if error:
+            print(f"bench_gui: {error}", file=sys.stderr)
+            return 1
+        t = dict(window.last_timings)
+        paint, visible = paint_panels(window)
+        render = t["prepare_ms"] + t["apply_ms"] + paint
+        rows.append((t["forward_ms"] + t["backward_ms"], t["prepare_ms"], t["apply_ms"], paint, render, stall,
+                     t["prepare_ms"] + t["apply_ms"] + visible))
+    records = len(window.last_outcome.result.records)
+    panels = len(window.panel_area.panels)
+    _close(window)
+
+    print(f"{args.model} on {args.device}, {len(paths)} modules ticked for activations and gradients "
+          f"({records} records, {panels} panels), {args.runs} runs:")
+    for n, (run, prepare, apply, paint, render, stall, shown) in enumerate(rows, 1):
+        print(f"  run {n}: forward+backward {run:7.1f} ms | render {render:6.1f} ms (prepare {prepare:.1f} + "
+              f"update {apply:.1f} + paint all {paint:.1f}) = {render / run:6.1%} | as the window paints "
+              f"(panels in view) {shown:6.1f} ms = {shown / run:6.1%} | longest stall {stall:5.1f} ms")
+    ratio = statistics.median(r[4] / r[0] for r in rows)
+    shown_ratio = statistics.median(r[6] / r[0] for r in rows)
+    worst = max(r[5] for r in rows)
+    print(f"render of all {panels} panels / (forward+backward), median: {ratio:.1%} (target <= 25%)")
+    print(f"render as the window does it (panels in view painted) / (forward+backward), median: {shown_ratio:.1%}")
+    print(f"longest event-loop stall during a run: {worst:.1f} ms (target <= 100 ms)")
+    print(f"ticking all {len(paths)} modules at once (hooks + {panels} new panels): {tick_ms:.0f} ms on the GUI "
+          f"thread; longest stall from that tick to the end of the first hooked run: {first_stall:.1f} ms")
+    print("one panel, 64 vs 2048 channels (median of 10):")
+    for line in compare_channel_counts():
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

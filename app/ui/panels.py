@@ -1,0 +1,362 @@
+"""One panel per hooked record: every channel as one mosaic image, or a bar plot for 1-D outputs.
+
+All channels go into a single pyqtgraph ``ImageItem`` (uint8, a 256-entry lookup table, levels fixed at 0..255):
+one upload per run whatever the channel count, so 2048 channels draw as fast as 64. The tile under the mouse is
+found by arithmetic on ``mapSceneToView`` through the mosaic's layout, not by one item per channel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QSizePolicy,
+    QStackedWidget,
+    QStyle,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+from superqt import QElidingLabel
+
+from app.core.resources import COLORMAPS, colormap_lut
+from app.ui.pictures import KIND_LABELS, PanelPicture, PanelSettings, shape_text
+from app.ui.theme import KIND_COLORS
+
+MESSAGE, MAPS, BARS = range(3)
+SCALING_LABELS = {"channel": "per channel", "shared": "shared"}
+
+
+KIND_TIPS = {
+    "pre": "What goes into the module (register_forward_pre_hook)",
+    "forward": "The module's output (register_forward_hook)",
+    "backward": "|d target / d output| per channel (register_full_backward_hook, or a tensor hook)",
+    "tensor": "|grad| of the output via Tensor.register_hook",
+}
+
+
+def sort_labels(kind: str) -> dict[str, str]:
+    what = "|grad|" if kind in ("backward", "tensor") else "value"
+    return {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}"}
+
+
+class ChoiceButton(QToolButton):
+    """A compact drop-down (label ▾) whose menu is built when opened.
+
+    A panel has three of these; a ``QComboBox`` costs more to create than the rest of a panel, and ticking
+    every Conv2d of a network creates dozens of panels at once.
+    """
+
+    chosen = Signal(str)
+
+    def __init__(self, items: dict[str, str], current: str, tip: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("choice")
+        self._items = dict(items)
+        self._value = current if current in items else next(iter(items))
+        self.setToolTip(tip)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setText(f"{self._items[self._value]} ▾")
+        self.clicked.connect(self._open)
+
+    @property
+    def value(self) -> str:
+        return self._value
+
+    def set_value(self, value: str, notify: bool = False) -> None:
+        if value not in self._items:
+            raise ValueError(f"'{value}' is not one of {', '.join(self._items)}.")
+        changed = value != self._value
+        self._value = value
+        self.setText(f"{self._items[value]} ▾")
+        if notify and changed:
+            self.chosen.emit(value)
+
+    def _open(self) -> None:
+        menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        for key, label in self._items.items():
+            action = menu.addAction(label)
+            action.setCheckable(True)
+            action.setChecked(key == self._value)
+            action.triggered.connect(lambda *_, k=key: self.set_value(k, notify=True))
+        menu.popup(self.mapToGlobal(self.rect().bottomLeft()))
+
+
+class FeatureMapPanel(QFrame):
+    """What one hook saw in the last run, for one record (module, call, leaf) and one hook kind."""
+
+    close_requested = Signal(str, str)  # path, kind: the window unticks the pair
+    float_requested = Signal(object)  # the panel: pop it out of the grid into a dock of its own
+    channel_clicked = Signal(object, int)  # the picture, the channel index
+    settings_changed = Signal(str, str, object)  # path, kind, PanelSettings
+
+    def __init__(self, path: str, kind: str, key: str, settings: PanelSettings, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.path, self.kind, self.key = path, kind, key
+        self.settings = settings
+        self.picture: PanelPicture | None = None
+        self._plot: pg.PlotWidget | None = None
+        self._bars: pg.BarGraphItem | None = None
+        self._image_shape: tuple[int, ...] | None = None
+        self._idle_text = " "  # the footer when the mouse is not over a tile
+        self.setObjectName("recordPanel")
+        self.setMinimumSize(300, 300)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+        self._title = QElidingLabel(key or "(model)")
+        self._title.setElideMode(Qt.TextElideMode.ElideLeft)
+        self._title.setObjectName("panelTitle")
+        self._title.setToolTip(f"{key or '(the whole model)'}: {KIND_LABELS.get(kind, kind).lower()}")
+        chip = QLabel(KIND_LABELS.get(kind, kind))
+        chip.setObjectName("kindChip")
+        chip.setStyleSheet(f"background: {KIND_COLORS.get(kind, '#666')};")
+        chip.setToolTip(KIND_TIPS.get(kind, ""))
+        close = QToolButton()
+        close.setObjectName("closePanel")
+        close.setText("✕")
+        close.setToolTip("Close this panel: removes its hook (unticks it in the module tree)")
+        close.clicked.connect(lambda: self.close_requested.emit(self.path, self.kind))
+        self.float_button = QToolButton()
+        self.float_button.setObjectName("closePanel")
+        self.float_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_TitleBarNormalButton))
+        self.float_button.setToolTip("Pop out into a dock of its own (drag it anywhere; close it to put it back)")
+        self.float_button.clicked.connect(lambda: self.float_requested.emit(self))
+        header = QHBoxLayout()
+        header.setContentsMargins(0, 0, 0, 0)
+        header.addWidget(self._title, 1)
+        header.addWidget(chip)
+        header.addWidget(self.float_button)
+        header.addWidget(close)
+
+        self.colormap_box = ChoiceButton({c: c for c in COLORMAPS}, settings.colormap, "Colormap")
+        self.scaling_box = ChoiceButton(
+            SCALING_LABELS, settings.scaling, "Per-channel: each tile uses its own range. Shared: one range for all tiles."
+        )
+        self.sort_box = ChoiceButton(sort_labels(kind), settings.sort, "Order of the tiles (highest first)")
+        for box in (self.colormap_box, self.scaling_box, self.sort_box):
+            box.chosen.connect(self._on_settings_edited)
+        controls = QHBoxLayout()
+        controls.setContentsMargins(0, 0, 0, 0)
+        controls.addWidget(self.colormap_box)
+        controls.addWidget(self.scaling_box)
+        controls.addWidget(self.sort_box)
+        controls.addStretch(1)
+
+        self._stack = QStackedWidget()
+        self._message = QLabel("Waiting for the run…")
+        self._message.setObjectName("muted")
+        self._message.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._message.setWordWrap(True)
+        self._stack.addWidget(self._message)
+        self._view = pg.GraphicsLayoutWidget()
+        self._view.ci.setContentsMargins(2, 2, 2, 2)
+        self._viewbox = self._view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
+        self._image = pg.ImageItem()
+        self._image.setLookupTable(colormap_lut(settings.colormap))
+        self._viewbox.addItem(self._image)
+        self._view.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._view.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self._view.setToolTip("Hover a tile for its channel and value; click it to open the channel view. "
+                              "Wheel: zoom, drag: pan, double-click: fit.")
+        self._stack.addWidget(self._view)
+
+        self._footer = QElidingLabel(" ")
+        self._footer.setObjectName("panelFooter")
+        self._info = QLabel("")
+        self._info.setObjectName("panelFooter")
+        footer = QHBoxLayout()
+        footer.setContentsMargins(0, 0, 0, 0)
+        footer.addWidget(self._footer, 1)
+        footer.addWidget(self._info)
+        self._note = QElidingLabel("")
+        self._note.setObjectName("panelFooter")
+        self._note.setVisible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(3)
+        layout.addLayout(header)
+        layout.addLayout(controls)
+        layout.addWidget(self._stack, 1)
+        layout.addLayout(footer)
+        layout.addWidget(self._note)
+
+    # ---- showing data ---------------------------------------------------------------------------------------
+    @property
+    def ident(self) -> tuple[str, str]:
+        return self.kind, self.key
+
+    @property
+    def kind_label(self) -> str:
+        return KIND_LABELS.get(self.kind, self.kind)
+
+    def show_message(self, text: str) -> None:
+        """No picture for this record (yet): waiting for a run, or the module did not run."""
+        self.picture = None
+        self._message.setText(text)
+        self._stack.setCurrentIndex(MESSAGE)
+        self._info.setText("")
+        self._idle_text = " "
+        self._footer.setText(" ")
+        self._set_note("")
+
+    def show_picture(self, picture: PanelPicture) -> None:
+        """The hot path after every run: one ``setImage`` (or one bar item update), a few labels."""
+        self.picture = picture
+        self.settings = picture.settings
+        count = picture.channel_count
+        noun = {"maps": "maps", "vector": "values", "scalar": "value"}[picture.channels.kind]
+        grad = "|grad| · " if picture.is_gradient else ""
+        self._info.setText(f"{grad}{shape_text(picture.shape)} · {count} {noun}")
+        self._idle_text = "hover or click a tile" if picture.channels.kind == "maps" else " "
+        self._footer.setText(self._idle_text)
+        self._set_note(picture.channels.note)
+        self._info.setToolTip(f"Hook: {picture.method}" + (f"\n{picture.channels.note}" if picture.channels.note else ""))
+        kind = picture.channels.kind
+        self.scaling_box.setEnabled(kind == "maps")
+        self.sort_box.setEnabled(kind != "scalar")
+        if picture.flat and kind != "scalar":
+            self._message.setText(self._flat_text(picture))
+            self._stack.setCurrentIndex(MESSAGE)
+            self._footer.setText(" ")
+        elif kind == "maps" and picture.arrangement.image is not None and picture.arrangement.image.size:
+            image = picture.arrangement.image
+            self._image.setImage(image, autoLevels=False, levels=(0, 255))
+            if image.shape != self._image_shape:
+                self._image_shape = image.shape
+                self._viewbox.autoRange(padding=0.01)
+            self._stack.setCurrentIndex(MAPS)
+        elif kind == "vector":
+            self._show_bars(picture)
+        elif kind == "scalar":
+            self._message.setText(f"{float(picture.channels.data.reshape(-1)[0]):.6g}")
+            self._stack.setCurrentIndex(MESSAGE)
+        else:
+            self._message.setText("Empty output: nothing to draw.")
+            self._stack.setCurrentIndex(MESSAGE)
+
+    def _set_note(self, note: str) -> None:
+        self._note.setText(note)
+        self._note.setToolTip(note)
+        self._note.setVisible(bool(note))
+
+    @staticmethod
+    def _flat_text(picture: PanelPicture) -> str:
+        """Why a panel shows no picture: every value is the same."""
+        if picture.is_gradient and picture.high == 0.0:
+            return ("Every gradient here is 0: nothing in this output changes the target score.\n"
+                    "(An untrained model with a zero-initialised head, such as torchvision's ViT, does this.)")
+        what = "|grad|" if picture.is_gradient else "value"
+        return f"Every {what} here is {picture.high:.4g}: there is nothing to tell apart."
+
+    def _show_bars(self, picture: PanelPicture) -> None:
+        values = picture.arrangement.values
+        if values is None:
+            return
+        if self._plot is None:
+            self._plot = pg.PlotWidget()
+            self._plot.setMenuEnabled(False)
+            self._plot.setLabel("bottom", "channel")
+            self._plot.scene().sigMouseMoved.connect(self._on_mouse_moved_bars)
+            self._bars = pg.BarGraphItem(x0=[], height=[], width=0.9)
+            self._plot.addItem(self._bars)
+            self._stack.addWidget(self._plot)
+        color = tuple(int(c) for c in colormap_lut(self.settings.colormap)[170])
+        x0 = np.arange(values.size, dtype=np.float32)
+        self._bars.setOpts(x0=x0, height=values, width=0.9, brush=pg.mkBrush(color), pen=None)
+        self._plot.setXRange(0, max(values.size, 1), padding=0.01)
+        low, high = min(0.0, float(values.min(initial=0))), max(0.0, float(values.max(initial=0)))
+        self._plot.setYRange(low, high if high > low else low + 1, padding=0.05)
+        self._stack.setCurrentWidget(self._plot)
+
+    def apply_settings(self, settings: PanelSettings) -> None:
+        """Redraw under new settings on the GUI thread (one mosaic: milliseconds even for 2048 channels)."""
+        for box, value in ((self.colormap_box, settings.colormap), (self.scaling_box, settings.scaling),
+                           (self.sort_box, settings.sort)):
+            box.set_value(value)
+        self._set_settings(settings)
+
+    def choose(self, **choices: str) -> None:
+        """Change settings as the panel's drop-downs do, e.g. ``choose(sort="mean")``."""
+        boxes = {"colormap": self.colormap_box, "scaling": self.scaling_box, "sort": self.sort_box}
+        for name, value in choices.items():
+            boxes[name].set_value(value)
+        self._on_settings_edited()
+
+    def _on_settings_edited(self, *_: object) -> None:
+        settings = PanelSettings(
+            colormap=self.colormap_box.value,
+            scaling=self.scaling_box.value,
+            sort=self.sort_box.value,
+        )
+        if settings == self.settings:
+            return
+        self._set_settings(settings)
+        self.settings_changed.emit(self.path, self.kind, settings)
+
+    def _set_settings(self, settings: PanelSettings) -> None:
+        colormap_changed = settings.colormap != self.settings.colormap
+        self.settings = settings
+        if colormap_changed:
+            self._image.setLookupTable(colormap_lut(settings.colormap))
+        if self.picture is not None:
+            self.show_picture(self.picture.with_settings(settings))
+
+    # ---- mouse ----------------------------------------------------------------------------------------------
+    def channel_at(self, scene_pos: QPointF) -> tuple[int, float] | None:
+        """(channel, value) under a scene position of the mosaic, or None over padding and outside."""
+        picture = self.picture
+        if picture is None or picture.arrangement.layout is None:
+            return None
+        point = self._viewbox.mapSceneToView(scene_pos)
+        x, y = point.x(), point.y()
+        layout = picture.arrangement.layout
+        channel = layout.tile_at(x, y)
+        if channel is None:
+            return None
+        ox, oy = layout.tile_origin(channel)
+        value = float(picture.channels.data[channel, int(y) - oy, int(x) - ox])
+        return channel, value
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        hit = self.channel_at(scene_pos)
+        if hit is None or self.picture is None:
+            self._footer.setText(self._idle_text)
+            return
+        channel, value = hit
+        what = "|grad|" if self.picture.is_gradient else "value"
+        self._footer.setText(
+            f"channel {channel} · {what} {value:.4g} · channel mean {float(self.picture.channels.data[channel].mean()):.4g}"
+        )
+
+    def _on_mouse_clicked(self, event) -> None:  # pyqtgraph's MouseClickEvent
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        if event.double():
+            self._viewbox.autoRange(padding=0.01)
+            return
+        hit = self.channel_at(event.scenePos())
+        if hit is not None and self.picture is not None:
+            event.accept()
+            self.channel_clicked.emit(self.picture, hit[0])
+
+    def _on_mouse_moved_bars(self, scene_pos: QPointF) -> None:
+        picture = self.picture
+        if picture is None or self._plot is None or picture.arrangement.values is None:
+            return
+        x = self._plot.getPlotItem().vb.mapSceneToView(scene_pos).x()
+        position = int(np.floor(x))
+        values = picture.arrangement.values
+        if not 0 <= position < values.size:
+            self._footer.setText(self._idle_text)
+            return
+        order = picture.arrangement.order
+        channel = int(order[position]) if order is not None else position
+        what = "|grad|" if picture.is_gradient else "value"
+        self._footer.setText(f"channel {channel} · {what} {float(values[position]):.4g}")

@@ -1,0 +1,114 @@
+"""Top-5 classes with probability bars; clicking one makes it the gradient target."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QMouseEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.capture import Prediction
+
+
+class PredictionRow(QFrame):
+    clicked = Signal(int)  # class index
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("predictionRow")
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.index: int | None = None
+        self.label = QLabel("")
+        self.label.setMinimumWidth(60)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setFixedWidth(90)
+        self.bar.setFormat("")
+        self.percent = QLabel("")
+        self.percent.setMinimumWidth(48)
+        self.percent.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 2, 6, 2)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.percent)
+
+    def show_prediction(self, prediction: Prediction | None, is_target: bool) -> None:
+        self.index = prediction.index if prediction else None
+        self.setVisible(prediction is not None)
+        if prediction is None:
+            return
+        self.label.setText(prediction.label)
+        self.label.setToolTip(f"class {prediction.index}: {prediction.label}\nClick: use as the gradient target")
+        self.bar.setValue(int(round(prediction.probability * 1000)))
+        self.percent.setText(f"{prediction.probability:.1%}")
+        self.setProperty("target", is_target)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton and self.index is not None:
+            self.clicked.emit(self.index)
+        super().mousePressEvent(event)
+
+
+class PredictionsPanel(QWidget):
+    """What the model predicts, and which score the gradients are taken of."""
+
+    target_chosen = Signal(object)  # a class index, or "top1"
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows = [PredictionRow() for _ in range(5)]
+        self.target_label = QLabel("Gradient target: top-1 class")
+        self.target_label.setWordWrap(True)
+        self.target_label.setObjectName("muted")
+        self.top1_button = QPushButton("Use top-1")
+        self.top1_button.setToolTip("Take gradients of whichever class scores highest")
+        self.top1_button.clicked.connect(lambda: self.target_chosen.emit("top1"))
+        self.class_box = QSpinBox()
+        self.class_box.setRange(0, 999)
+        self.class_box.setToolTip("Class index to take gradients of")
+        use_class = QPushButton("Use class")
+        use_class.clicked.connect(lambda: self.target_chosen.emit(int(self.class_box.value())))
+        self.hint = QLabel("Click a class to take gradients of its score.")
+        self.hint.setObjectName("muted")
+        self.hint.setWordWrap(True)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.top1_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.class_box)
+        buttons.addWidget(use_class)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
+        for row in self.rows:
+            row.clicked.connect(self.target_chosen.emit)
+            row.setVisible(False)
+            layout.addWidget(row)
+        layout.addSpacing(4)
+        layout.addWidget(self.target_label)
+        layout.addLayout(buttons)
+        layout.addWidget(self.hint)
+        layout.addStretch(1)
+
+    def show_predictions(
+        self, top5: list[Prediction], target_index: int | None, target_text: str, classes: int | None
+    ) -> None:
+        for n, row in enumerate(self.rows):
+            prediction = top5[n] if n < len(top5) else None
+            row.show_prediction(prediction, prediction is not None and prediction.index == target_index)
+        self.target_label.setText(f"Gradient target: {target_text}")
+        if classes:
+            self.class_box.setRange(0, classes - 1)
+        self.hint.setText(
+            "Click a class to take gradients of its score." if top5 else "This model's output is not class scores."
+        )

@@ -1,0 +1,79 @@
+"""pytest-qt fixtures for the window: offscreen, settings in a temporary folder, no thread outliving a test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (tests/conftest.py does it too)
+
+from collections.abc import Callable, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402,F401  (torch before Qt, as in the app)
+from PIL import Image  # noqa: E402
+from PySide6.QtCore import QThreadPool  # noqa: E402
+
+from app.ui.main_window import MainWindow  # noqa: E402
+from app.ui.settings import SETTINGS_DIR_ENV  # noqa: E402
+
+RUN_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(autouse=True)
+def private_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Recent files and window layout go to a temporary INI file, never the user's settings."""
+    folder = tmp_path_factory.mktemp("settings")
+    monkeypatch.setenv(SETTINGS_DIR_ENV, str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_running() -> Iterator[None]:
+    """Fail a test that leaves a worker running after its windows closed (as napari's fixture does)."""
+    yield
+    active = QThreadPool.globalInstance().activeThreadCount()
+    assert active == 0, f"{active} worker thread(s) still running after the test"
+
+
+@pytest.fixture
+def make_window(qtbot) -> Iterator[Callable[..., MainWindow]]:
+    """Build real windows (untrained weights: no download), closed again at the end of the test."""
+    windows: list[MainWindow] = []
+
+    def make(**options) -> MainWindow:
+        options.setdefault("weights", "none")
+        window = MainWindow(**options)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+
+
+@pytest.fixture
+def window(make_window, qtbot) -> MainWindow:
+    """The default start (ResNet-18, sample image, two layers ticked) with its first run on screen."""
+    win = make_window()
+    with qtbot.waitSignal(win.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    return win
+
+
+def photo(path: Path, seed: int, size: tuple[int, int] = (320, 240)) -> Path:
+    """A real PNG with content that differs by ``seed``."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0 : size[1], 0 : size[0]]
+    base = np.stack([xx * (seed + 1) % 256, yy * 2 % 256, (xx + yy * seed) % 256], axis=-1).astype(np.float64)
+    pixels = np.clip(base + rng.normal(0, 25, base.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+@pytest.fixture
+def photos(tmp_path: Path) -> list[Path]:
+    return [photo(tmp_path / f"photo{n}.png", n) for n in range(3)]

@@ -1,0 +1,41 @@
+"""The command-line entry points of the window: --screenshot and --self-test, through run_gui itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+
+from app.core.errors import HookscopeError
+from app.ui.app import SCREENSHOT_SIZE, SELF_TEST_REPORT_ENV, run_gui
+
+
+def test_screenshot_writes_a_png_of_the_whole_window(tmp_path: Path, qapp) -> None:
+    out = tmp_path / "shots" / "window.png"
+    assert run_gui(None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False) == 0
+    image = QImage(str(out))
+    assert not image.isNull()
+    assert (image.width(), image.height()) == SCREENSHOT_SIZE
+
+
+def test_screenshot_with_an_unknown_module_is_a_clear_error(tmp_path: Path, qapp) -> None:
+    with pytest.raises(HookscopeError, match="no_such_layer"):
+        run_gui(None, None, "none", "cpu", str(tmp_path / "x.png"), ["no_such_layer"], False)
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_screenshot_with_a_broken_image_is_a_clear_error(tmp_path: Path, qapp) -> None:
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not a picture")
+    with pytest.raises(HookscopeError, match="broken.jpg"):
+        run_gui(str(broken), None, "none", "cpu", str(tmp_path / "x.png"), None, False)
+
+
+def test_self_test_passes_and_writes_its_report(tmp_path: Path, qapp, monkeypatch, capsys) -> None:
+    report = tmp_path / "self-test.txt"
+    monkeypatch.setenv(SELF_TEST_REPORT_ENV, str(report))
+    assert run_gui(None, None, "default", "cpu", None, None, True) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("hookscope self-test: ok")
+    assert report.read_text().strip() == line
