@@ -6,10 +6,13 @@ headless modes, so the command line prints them as one line, and show as a dialo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
+import traceback
+import types
 
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PySide6.QtCore import QEventLoop, QThreadPool, QTimer
@@ -19,7 +22,9 @@ from app.core.devices import resolve_device
 from app.core.errors import HookscopeError, ModelError
 from app.core.images import read_image
 from app.core.models import DEFAULT_MODEL, catalogue
+from app.ui.about import app_icon
 from app.ui.main_window import MainWindow
+from app.ui.settings import settings_folder
 from app.ui.theme import apply_theme, configure_pyqtgraph
 
 SELF_TEST_REPORT_ENV = "HOOKSCOPE_SELF_TEST_REPORT"
@@ -41,6 +46,7 @@ def application(offscreen: bool = False) -> QApplication:
         existing = QApplication([sys.argv[0] if sys.argv else "hookscope"])
         existing.setApplicationName("Hookscope")
         existing.setOrganizationName("Hookscope")
+        existing.setWindowIcon(app_icon())
         existing.setApplicationDisplayName("Hookscope")
     configure_pyqtgraph()
     apply_theme(existing)
@@ -224,4 +230,22 @@ def run_gui(
     if problems:
         QTimer.singleShot(0, lambda: window.show_error(problems[0]))
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl+C in the terminal ends the app
+    install_error_dialog(window)
     return app.exec()
+
+
+def install_error_dialog(window: MainWindow) -> None:
+    """Unexpected errors in a windowed app (no console) become a dialog and a log file, not a silent exit."""
+    log = settings_folder() / "hookscope-errors.log"
+
+    def hook(kind: type[BaseException], error: BaseException, tb: types.TracebackType | None) -> None:
+        text = "".join(traceback.format_exception(kind, error, tb))
+        with contextlib.suppress(OSError):
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+        if sys.stderr is not None:
+            sys.stderr.write(text)
+        window.show_error(f"Unexpected error: {kind.__name__}: {error} (details in {log})")
+
+    sys.excepthook = hook

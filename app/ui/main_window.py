@@ -55,6 +55,7 @@ from app.core.images import IMAGE_SUFFIXES
 from app.core.models import DEFAULT_MODEL, LoadedModel, catalogue
 from app.core.resources import COLORMAPS, sample_image
 from app.core.tree import NOT_RUN_REASON, ModuleInfo
+from app.ui.about import show_about
 from app.ui.channel_view import ChannelView
 from app.ui.image_queue import ImageQueue, push_recent
 from app.ui.input_panel import InputPanel
@@ -366,9 +367,7 @@ class MainWindow(QMainWindow):
         help_menu = menu.addMenu("&Help")
         help_menu.addAction("The hooks behind the ticks").triggered.connect(
             lambda: self._inform("Hooks", HOOKS_HELP))
-        help_menu.addAction("About Hookscope").triggered.connect(lambda: self._inform(
-            "About Hookscope", "Hookscope: look inside a PyTorch network through real hooks.<br>"
-            "Tick modules, drop images, click tiles."))
+        help_menu.addAction("About Hookscope").triggered.connect(lambda: show_about(self))
 
     def _build_status_bar(self) -> None:
         status = self.statusBar()

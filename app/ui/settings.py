@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QStandardPaths
 
 SETTINGS_DIR_ENV = "HOOKSCOPE_SETTINGS_DIR"
 
@@ -25,3 +26,11 @@ def read_list(settings: QSettings, key: str) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
     return [str(v) for v in value]
+
+
+def settings_folder() -> Path:
+    """The per-user data folder in the platform's usual place (or ``$HOOKSCOPE_SETTINGS_DIR``)."""
+    folder = os.environ.get(SETTINGS_DIR_ENV)
+    if folder:
+        return Path(folder)
+    return Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation))
