@@ -267,6 +267,9 @@ def _export_mode(args: argparse.Namespace) -> str:
     for flag, value in (("--recursive", args.recursive), ("--resume", args.resume)):
         if value and given[0] != "--images":
             raise HookscopeError(f"{flag} goes with --images DIR.")
+    for flag, value in (("--edit", getattr(args, "edit", None)), ("--model-file", getattr(args, "model_file", None))):
+        if value and given[0] == "--session":
+            raise HookscopeError(f"{flag} cannot be combined with --session: the session names its own.")
     return given[0]
 
 
@@ -418,7 +421,7 @@ def run_bench_batch(args: argparse.Namespace) -> int:
     """bench --batch: export --images throughput against bare inference over the same files, in one process."""
     from app.core.batch_bench import batch_benchmark
 
-    layers = _csv(args.layers) if args.layers and args.layers != "all" else 10
+    layers = 10 if args.layers is None else (1 << 30 if args.layers == "all" else _csv(args.layers))
     result = batch_benchmark(
         args.images, layers, model=args.model, kinds=tuple(args.hooks), note=lambda text: print(f"hookscope: {text}", file=sys.stderr)
     )
@@ -427,6 +430,11 @@ def run_bench_batch(args: argparse.Namespace) -> int:
         f"{args.model}, {result.images} images, {len(result.modules)} modules, PNGs off, interleaved rounds of "
         f"{result.chunk}: bare {result.bare_rate:.2f} img/s, batch {result.batch_rate:.2f} img/s, "
         f"ratio {result.ratio:.3f} (wrote {result.written_bytes / 1e9:.2f} GB)"
+    )
+    rounds = result.round_ratios
+    print(
+        f"per-round ratios ({torch.get_num_threads()} torch threads; median {sorted(rounds)[len(rounds) // 2]:.3f}): "
+        + ", ".join(f"{r:.2f}" for r in rounds)
     )
     return 0
 

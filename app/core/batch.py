@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from app.core.capture import RunResult, Target, capture_run
@@ -168,8 +169,18 @@ def _write_json_atomically(data: Any, path: Path) -> None:
 
 
 def record_means(result: RunResult) -> dict[str, float]:
-    """Mean activation per forward record (its key), for the summary."""
-    return {r.key: float(r.tensor.double().mean()) for r in result.of_kind("forward") if r.tensor.is_floating_point()}
+    """Mean activation per forward record (its key), for the summary.
+
+    In numpy, on purpose: this runs in the writer thread, and a torch op there would start a second OpenMP team
+    that fights the model's threads for the cores.
+    """
+    means = {}
+    for record in result.of_kind("forward"):
+        tensor = record.tensor
+        if tensor.is_floating_point():
+            values = tensor.numpy() if tensor.dtype != torch.bfloat16 else tensor.float().numpy()
+            means[record.key] = float(values.mean(dtype=np.float64)) if values.size else float("nan")
+    return means
 
 
 def _finish_image(
@@ -261,12 +272,13 @@ def run_batch(
             progress(
                 BatchProgress(
                     handled=len(status), total=len(paths), image=names[index], status=what,
-                    processed=len(report.done) + len(pending_writes), skipped=len(report.skipped),
+                    processed=len(finished_now) + len(pending_writes), skipped=len(report.skipped),
                     resumed=len(report.resumed), elapsed_s=time.perf_counter() - start,
                 )
             )  # fmt: skip
 
     pending_writes: deque[tuple[int, Future]] = deque()
+    finished_now: list[int] = []  # indexes written in this call
     todo: list[int] = []
     for index, folder in enumerate(folders):
         done = _read_done(folder) if resume else None
@@ -282,7 +294,7 @@ def run_batch(
         while pending_writes and (block or pending_writes[0][1].done()):
             index, future = pending_writes.popleft()
             results[index] = future.result()
-            report.done.append(names[index])
+            finished_now.append(index)
 
     reader = ThreadPoolExecutor(1, thread_name_prefix="hookscope-batch-read")
     writer = ThreadPoolExecutor(1, thread_name_prefix="hookscope-batch-write")
@@ -315,17 +327,18 @@ def run_batch(
             result = capture_run(
                 loaded.module, registry, x, device=device, target=target, categories=loaded.categories, others=others
             )
-            while len(pending_writes) >= WRITE_BEHIND:
-                pending_writes[0][1].result()  # wait for the oldest write (and raise its error)
-                collect(block=False)
-            job = writer.submit(
-                _finish_image, result, loaded, folders[index], source=paths[index], name=names[index],
-                kinds=kinds, png=png, fingerprint=fingerprint, manifest_extra=manifest_extra,
-            )  # fmt: skip
-            del result
-            pending_writes.append((index, job))
-            status[index] = "done"
             collect(block=False)
+            job = dict(
+                source=paths[index], name=names[index], kinds=kinds, png=png, fingerprint=fingerprint,
+                manifest_extra=manifest_extra,
+            )  # fmt: skip
+            if len(pending_writes) < WRITE_BEHIND:
+                pending_writes.append((index, writer.submit(_finish_image, result, loaded, folders[index], **job)))
+            else:  # the writer is behind (a busy disk or machine): write this one here rather than wait for it
+                results[index] = _finish_image(result, loaded, folders[index], **job)
+                finished_now.append(index)
+            del result
+            status[index] = "done"
             tell(index, "done")
         collect(block=True)
     finally:
@@ -335,10 +348,10 @@ def run_batch(
         # Results already computed are written even when the batch stops: a resume then need not redo them.
         writer.shutdown(wait=True)
         for index, future in list(pending_writes):
-            if future.done() and future.exception() is None:
+            if future.done() and future.exception() is None and index not in finished_now:
                 results[index] = future.result()
-                if names[index] not in report.done:
-                    report.done.append(names[index])
+                finished_now.append(index)
+        report.done = [names[index] for index in sorted(finished_now)]
         report.elapsed_s = time.perf_counter() - start
         _write_summary(out / SUMMARY_FILE, names, folders, results, reasons)
     return report

@@ -35,6 +35,7 @@ class BatchBenchResult:
     bare_s: float  # total over all rounds
     batch_s: float
     written_bytes: int
+    rounds: tuple[tuple[float, float], ...] = ()  # (bare_s, batch_s) per round
 
     @property
     def bare_rate(self) -> float:
@@ -48,6 +49,11 @@ class BatchBenchResult:
     def ratio(self) -> float:
         """Batch throughput over bare throughput (1.0: hooks, writing and the summary cost nothing)."""
         return self.batch_rate / self.bare_rate
+
+    @property
+    def round_ratios(self) -> list[float]:
+        """Per round, bare time over batch time: their spread shows how noisy the machine was."""
+        return [bare / batch for bare, batch in self.rounds]
 
 
 def write_test_images(folder: Path, count: int, seed: int = 0) -> list[Path]:
@@ -115,7 +121,7 @@ def batch_benchmark(
         loaded = load_model(model, "none", 0)
         modules = layers if isinstance(layers, list) else spread_modules(loaded, layers)
         plan = [(path, kind) for path in modules for kind in kinds]
-        bare_s = batch_s = 0.0
+        rounds_s: list[tuple[float, float]] = []
         with HookRegistry(loaded.module) as registry:
             say("warming up")
             _batch_pass(loaded, registry, plan, images[:2], work / "images", work / "warmup")
@@ -124,12 +130,14 @@ def batch_benchmark(
             for index, part in enumerate(rounds):
                 say(f"round {index + 1}/{len(rounds)}")
                 if index % 2:
-                    batch_s += _batch_pass(loaded, registry, plan, part, work / "images", work / "out")
-                    bare_s += _bare_pass(loaded, part)
+                    batch = _batch_pass(loaded, registry, plan, part, work / "images", work / "out")
+                    bare = _bare_pass(loaded, part)
                 else:
-                    bare_s += _bare_pass(loaded, part)
-                    batch_s += _batch_pass(loaded, registry, plan, part, work / "images", work / "out")
+                    bare = _bare_pass(loaded, part)
+                    batch = _batch_pass(loaded, registry, plan, part, work / "images", work / "out")
+                rounds_s.append((bare, batch))
         written = sum(p.stat().st_size for p in (work / "out").rglob("*") if p.is_file())
-        return BatchBenchResult(len(images), list(modules), kinds, chunk, bare_s, batch_s, written)
+        bare_s, batch_s = sum(r[0] for r in rounds_s), sum(r[1] for r in rounds_s)
+        return BatchBenchResult(len(images), list(modules), kinds, chunk, bare_s, batch_s, written, tuple(rounds_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)

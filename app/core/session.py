@@ -39,12 +39,13 @@ class Session:
     """What the window (or ``hookscope export``) was looking at. Paths are plain strings, as resolved on load."""
 
     version: int = SESSION_VERSION
-    # name, weights ("none", "default" or a weights file path), seed; for a model file also path, sha256, arch
+    # name, weights ("none", "default" or a weights file path), seed; for a model file also source, path,
+    # sha256, and arch (a state_dict) or factory (model.py:build); see model_entry
     model: dict[str, Any] = field(default_factory=lambda: {"name": "resnet18", "weights": "none", "seed": 0})
     device: str = "cpu"
     preprocessing: dict[str, Any] | None = None  # Preprocess.describe(); None: the model's default
     hooks: list[tuple[str, str]] = field(default_factory=list)  # (module path, hook kind), in tick order
-    edits: list[str] = field(default_factory=list)  # intervention specs, e.g. "zero:layer4.1.conv2:3,5"
+    edits: list[str] = field(default_factory=list)  # edit specs, "zero:layer4.1.conv2:3,5"; "#SPEC" when off
     images: list[str] = field(default_factory=list)  # image A, then optionally image B
     target: str | int = "top1"
     colormap: str = "viridis"
@@ -118,7 +119,7 @@ def model_entry(loaded: LoadedModel, sha256: str | None = None) -> dict[str, Any
 
 def session_from(
     loaded: LoadedModel,
-    hooks: Iterable[tuple[str, str]],
+    hooks: Iterable[Any],
     images: Sequence[str | os.PathLike],
     *,
     device: str = "cpu",
@@ -131,14 +132,14 @@ def session_from(
 ) -> Session:
     """A session for the given model, hooks and images (the window calls this for File > Save session).
 
-    ``hooks`` are (path, kind) pairs (e.g. from ``registry.handles()``), ``edits`` spec strings (``edit_specs``),
+    ``hooks`` are (path, kind) pairs or ``registry.handles()``'s HookInfos, ``edits`` spec strings (``edit_specs``),
     ``model_sha256`` the model file's hash taken when it was opened (computed now when not given).
     """
     return Session(
         model=model_entry(loaded, model_sha256),
         device=device,
         preprocessing=loaded.preprocess.describe(),
-        hooks=[(str(path), str(kind)) for path, kind in hooks],
+        hooks=[(h.path, h.kind) if hasattr(h, "path") else (str(h[0]), str(h[1])) for h in hooks],
         edits=[str(edit) for edit in edits],
         images=[os.path.abspath(os.fspath(image)) for image in images],
         target=target,

@@ -92,7 +92,10 @@ def test_batch_skips_two_broken_files_and_finishes_the_rest(small_resnet, regist
     assert sorted(report.done) == ["a.png", "b.JPG", "c.jpg", "sub/a.png", "sub/d.png"]
     assert [name for name, _ in report.skipped] == ["broken.png", "empty.jpg"]
     reasons = dict(report.skipped)
-    assert reasons["broken.png"] == f"Cannot read '{folder / 'broken.png'}': it is not an image file (or its format is not supported)."
+    assert (
+        reasons["broken.png"]
+        == f"Cannot read '{folder / 'broken.png'}': it is not an image file (or its format is not supported)."
+    )
     assert reasons["empty.jpg"] == f"Cannot read '{folder / 'empty.jpg'}': the file is empty."
     assert not report.cancelled and report.resumed == []
     assert [p.handled for p in seen] == list(range(1, 8)) and seen[-1].total == 7 and seen[-1].skipped == 2
@@ -232,6 +235,10 @@ def test_cli_batch_exits_2_when_no_image_can_be_read(tmp_path, capsys):
         ([], "One of --image, --images or --session is required."),
         (["--image", "a.png", "--session", "s.json"], "--image and --session cannot be used together; choose one."),
         (["--image", "a.png", "--resume"], "--resume goes with --images DIR."),
+        (
+            ["--session", "s.json", "--edit", "zero:conv1:1"],
+            "--edit cannot be combined with --session: the session names its own.",
+        ),
     ],
 )
 def test_cli_export_needs_exactly_one_source(args, message, capsys):
@@ -248,3 +255,21 @@ def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
     out = capsys.readouterr().out
     assert "modules hooked (forward+backward): conv1, layer4" in out
     assert "resnet18, 4 images, 2 modules, PNGs off" in out and "bare " in out and "ratio " in out
+
+
+def test_results_are_written_inline_when_the_writer_is_behind(small_resnet, registry, folder, tmp_path, monkeypatch):
+    import app.core.batch as batch
+
+    monkeypatch.setattr(batch, "WRITE_BEHIND", 0)  # the writer thread never takes a job
+    images = [folder / "a.png", folder / "c.jpg"]
+    report = run_batch(small_resnet, registry, images, tmp_path / "out", root=folder, png=False)
+    assert report.done == ["a.png", "c.jpg"]
+    assert all((tmp_path / "out" / name / DONE_FILE).is_file() for name in ("a", "c"))
+
+
+def test_an_unwritable_output_folder_is_one_line(small_resnet, registry, folder, tmp_path):
+    from app.core.errors import HookscopeError
+
+    (tmp_path / "taken").write_text("a file, not a folder")
+    with pytest.raises(HookscopeError, match=r"^Cannot create the output folder '.*taken': File exists\.$"):
+        run_batch(small_resnet, registry, [folder / "a.png"], tmp_path / "taken", root=folder)

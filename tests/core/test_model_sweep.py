@@ -1,6 +1,6 @@
 """Every torchvision classification model, every module hooked for activations and gradients.
 
-The full sweep of all models is slow (an hour or more on two cores): run it with ``pytest -m slow``.
+The full sweep of all models is slow (about 10 minutes on two cores): run it with ``pytest -m slow``.
 The default run covers a representative subset, one of each family of architectures that stresses the engine
 differently (in-place activations, skipped modules, empty branches, attention tuples, channels-last blocks).
 """

@@ -52,8 +52,12 @@ def test_saved_session_reopened_and_run_again_gives_identical_arrays(tmp_path, i
     # the window's state differs from the model's defaults: it must come back as it was
     loaded.preprocess = type(loaded.preprocess)(resize=160, crop=128, mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3))
     before, grad_before = run_arrays(loaded, HOOKS, images[0], target=3)
+    with HookRegistry(loaded.module) as registry:  # the window passes its registry's hooks
+        for path, kind in HOOKS:
+            registry.add(path, kind)
+        ticked = registry.handles()
     session = session_from(
-        loaded, HOOKS, images, target=3, colormap="magma", scaling="shared", edits=["zero:layer4.1.conv2:3,5"],
+        loaded, ticked, images, target=3, colormap="magma", scaling="shared", edits=["zero:layer4.1.conv2:3,5"],
         ui={"splitter": [1, 2], "selected": "layer2"},
     )  # fmt: skip
     path = tmp_path / "project" / "look.hookscope.json"
@@ -100,9 +104,7 @@ def test_a_moved_image_is_reported_and_the_rest_restored(tmp_path, images):
     images[1].rename(tmp_path / "b-moved.png")
 
     reopened, problems = load_session(path)
-    assert problems == [
-        f"Image '{images[1]}' was not found (it may have moved); the rest of the session was restored."
-    ]
+    assert problems == [f"Image '{images[1]}' was not found (it may have moved); the rest of the session was restored."]
     assert reopened.missing == [str(images[1])]
     assert reopened.found_images() == [str(images[0])]
     assert reopened.blocking_problem() is None
@@ -216,9 +218,7 @@ def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_pa
 
     (moved / "finetuned.pth").unlink()
     reopened, problems = load_session(moved / "s.json")
-    assert problems == [
-        f"Model file '{weights}' was not found (it may have moved); the session cannot run without it."
-    ]
+    assert problems == [f"Model file '{weights}' was not found (it may have moved); the session cannot run without it."]
     with pytest.raises(ModelError, match="cannot run without it"):
         load_session_model(reopened)
 
