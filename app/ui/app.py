@@ -15,7 +15,7 @@ import traceback
 import types
 
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
-from PySide6.QtCore import QEventLoop, QThreadPool, QTimer
+from PySide6.QtCore import QEventLoop, QMessageLogContext, QThreadPool, QTimer, QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication
 
 from app.core.devices import resolve_device
@@ -37,12 +37,21 @@ def _no_display() -> bool:
     return sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+def _quiet_offscreen_noise(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
+    """The offscreen platform warns on every dock resize; everything else Qt says still reaches stderr."""
+    if "does not support propagateSizeHints" in message:
+        return
+    if sys.stderr is not None:
+        sys.stderr.write(message + "\n")
+
+
 def application(offscreen: bool = False) -> QApplication:
     """The one QApplication (reused when one exists, as under pytest-qt), themed for Hookscope."""
     existing = QApplication.instance()
     if existing is None:
         if offscreen:
             os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        qInstallMessageHandler(_quiet_offscreen_noise)
         existing = QApplication([sys.argv[0] if sys.argv else "hookscope"])
         existing.setApplicationName("Hookscope")
         existing.setOrganizationName("Hookscope")
@@ -55,7 +64,7 @@ def application(offscreen: bool = False) -> QApplication:
 
 def _check_model(model: str | None) -> str:
     name = model or DEFAULT_MODEL
-    if name not in catalogue():
+    if name not in catalogue(include_timm=True):  # timm's models too, when timm is installed
         close = [n for n in catalogue() if name.lower() in n][:6]
         hint = f"; did you mean one of: {', '.join(close)}?" if close else "; see the model list in the window."
         raise ModelError(f"Unknown model '{name}'{hint}")
