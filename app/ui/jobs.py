@@ -21,6 +21,7 @@ from app.core.hooks import HookRegistry
 from app.core.images import read_image
 from app.core.models import LoadedModel, load_model
 from app.core.tree import ModuleInfo, module_tree
+from app.ui.compare import Comparison, compare_runs
 from app.ui.pictures import PanelPicture, PanelSettings, prepare_pictures
 
 # What the app ticks on a first start, so the first screen already shows feature maps and gradients.
@@ -111,6 +112,9 @@ class RunRequest:
     target: int | str
     settings: Mapping[tuple[str, str], PanelSettings]
     default_settings: PanelSettings
+    others: tuple[ImageSource, ...] = ()  # the other images the enabled mix edits blend in (read in the worker)
+    baseline: bool = False  # edits on: also run without them, for the change of each prediction
+    image_b: ImageSource | None = None  # image B: run right after A through the same hooks, to compare
 
     @classmethod
     def freeze(
@@ -123,10 +127,16 @@ class RunRequest:
         target: int | str,
         settings: Mapping[tuple[str, str], PanelSettings],
         default_settings: PanelSettings,
+        *,
+        image_b: ImageSource | None = None,
     ) -> RunRequest:
         """Copy the mutable parts, so later GUI changes cannot leak into a run in flight."""
         frozen = MappingProxyType(dict(settings))
-        return cls(generation, loaded, registry, image, device, target, frozen, default_settings)
+        edits = registry.enabled_edits()
+        mixes = dict.fromkeys(e.other_image for e in edits if e.kind == "mix" and e.other_image)
+        others = tuple(ImageSource.from_path(path) for path in mixes)
+        return cls(generation, loaded, registry, image, device, target, frozen, default_settings, others,
+                   bool(edits), image_b)
 
     def settings_for(self, path: str, kind: str) -> PanelSettings:
         return self.settings.get((path, kind), self.default_settings)
@@ -141,6 +151,8 @@ class RunOutcome:
     input_display: np.ndarray  # uint8 (H, W, 3): the image as the model sees it
     saliency: np.ndarray | None  # float32 (H, W): |d target / d input|, max over colour channels
     timings: dict[str, float]  # read_ms, forward_ms, backward_ms, prepare_ms
+    comparison: Comparison | None = None  # image B's run and the A / B / A - B views, when B is set
+    image_b: ImageSource | None = None  # with its pixels
 
 
 def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcome:
@@ -153,7 +165,10 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
         raise RunCancelled()
     start = time.perf_counter()
     pixels = request.image.load()
-    x = request.loaded.preprocess.to_tensor(pixels)
+    preprocess = request.loaded.preprocess
+    x = preprocess.to_tensor(pixels)
+    others = {source.path: preprocess.to_tensor(source.load()) for source in request.others if source.path}
+    pixels_b = request.image_b.load() if request.image_b is not None else None
     read_ms = (time.perf_counter() - start) * 1000
     if cancelled():
         raise RunCancelled()
@@ -165,15 +180,38 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
         target=request.target,
         categories=request.loaded.categories,
         cancelled=cancelled,
+        others=others or None,
+        baseline=request.baseline,
     )
     if cancelled():
         raise RunCancelled()
+    result_b = None
+    if pixels_b is not None:
+        # The same hooks and edits; gradients of A's target class, so that A's and B's gradients compare.
+        result_b = capture_run(
+            request.loaded.module,
+            request.registry,
+            preprocess.to_tensor(pixels_b),
+            device=request.device,
+            target=result.target_index if result.target_index is not None else request.target,
+            categories=request.loaded.categories,
+            cancelled=cancelled,
+            others=others or None,
+            baseline=request.baseline,
+        )
+        if cancelled():
+            raise RunCancelled()
     start = time.perf_counter()
     pictures = prepare_pictures(result.records, request.settings_for)
-    display = request.loaded.preprocess.to_display(result.input)
+    display = preprocess.to_display(result.input)
+    comparison = None
+    if result_b is not None:
+        pictures, comparison = compare_runs(result, result_b, pictures, preprocess.to_display(result_b.input))
     saliency = None
     if result.input_grad is not None and result.input_grad.ndim == 4:
         saliency = np.ascontiguousarray(result.input_grad[0].abs().amax(dim=0).float().numpy())
     prepare_ms = (time.perf_counter() - start) * 1000
     timings = {"read_ms": read_ms, **result.timings, "prepare_ms": prepare_ms}
-    return RunOutcome(request.generation, request.image.loaded(pixels), result, pictures, display, saliency, timings)
+    image_b = request.image_b.loaded(pixels_b) if request.image_b is not None and pixels_b is not None else None
+    return RunOutcome(request.generation, request.image.loaded(pixels), result, pictures, display, saliency, timings,
+                      comparison, image_b)

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -69,6 +70,7 @@ from app.ui.jobs import (
     execute_load,
     execute_run,
 )
+from app.ui.open_model import execute_load_with
 from app.ui.panel_area import PanelArea
 from app.ui.pictures import KIND_LABELS, SCALINGS, PanelPicture, PanelSettings
 from app.ui.predictions import PredictionsPanel
@@ -86,6 +88,8 @@ from app.ui.tree_model import (
     ModuleFilterProxy,
     ModuleTreeModel,
 )
+from app.ui.window_files import install_file_features, open_dropped_files
+from app.ui.window_tools import install_hook_tools
 from app.ui.worker import Job, JobRunner
 
 RUN_DEBOUNCE_MS = 50
@@ -134,6 +138,9 @@ class MainWindow(QMainWindow):
     run_finished = Signal()
     model_ready = Signal()
     error_shown = Signal(str)
+    hooks_changed = Signal()  # any change of the hook registry: a tick or untick, an edit, a device move
+    run_applied = Signal(object)  # the RunOutcome just put on screen (emitted before run_finished)
+    run_failed = Signal(str, object)  # a run of the newest generation failed: the message, the exception
 
     def __init__(
         self,
@@ -172,6 +179,7 @@ class MainWindow(QMainWindow):
         self._default_settings = PanelSettings()
         self._panel_settings: dict[tuple[str, str], PanelSettings] = {}
         self._error_box: QMessageBox | None = None
+        self._load_failed: tuple[int, Callable[[BaseException], bool]] | None = None  # see load_model_with
         self.last_error = ""
         self.applied_generations: list[int] = []
         self.last_timings: dict[str, float] = {}
@@ -191,6 +199,8 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         self._build_menus()
         self._build_status_bar()
+        install_file_features(self)  # model files, downloads, input settings, sessions, exports (window_files.py)
+        install_hook_tools(self)  # interventions, hook inspector, Grad-CAM, image B (window_tools.py)
         self.resize(1560, 980)
         if remember:
             self._restore_layout()
@@ -284,7 +294,7 @@ class MainWindow(QMainWindow):
         bar.setObjectName("modelToolbar")
         bar.setMovable(False)
         self.model_box = QSearchableComboBox()
-        self.model_box.addItems(catalogue())
+        self.model_box.addItems(catalogue(include_timm=True))
         self.model_box.setMinimumWidth(200)
         self.model_box.setToolTip("torchvision model: type to search")
         self.model_box.textActivated.connect(self._on_model_chosen)
@@ -442,6 +452,46 @@ class MainWindow(QMainWindow):
                                 stale=lambda: self._model_generation != generation, label="load"))
         self._update_busy()
 
+    # ---- for app/ui/open_model.py and sessions.py: models opened another way, panel settings, state ----
+    def load_model_with(self, description: str, work: Callable[[], LoadedModel],
+                        failed: Callable[[BaseException], bool] | None = None) -> None:
+        """Load the model ``work`` builds (a model file, a session's model) in the background, as set_model does.
+
+        ``failed`` sees the error first; returning True means it took care of it (asked for trust and retried).
+        """
+        self._latest.value += 1
+        self._model_generation = generation = self._latest.value
+        self._loading = True
+        self._load_failed = (generation, failed) if failed is not None else None
+        self.statusBar().showMessage(f"Loading {description}…")
+        self._runner.submit(Job(generation, partial(execute_load_with, generation, work),
+                                stale=lambda: self._model_generation != generation, label="load"))
+        self._update_busy()
+
+    def panel_settings(self) -> tuple[PanelSettings, dict[tuple[str, str], PanelSettings]]:
+        """The default panel settings, and those of every (path, kind) pair set apart from it."""
+        return self._default_settings, dict(self._panel_settings)
+
+    def apply_panel_settings(self, default: PanelSettings, pairs: dict[tuple[str, str], PanelSettings]) -> None:
+        """Set every panel's colormap, scaling and order (a restored session)."""
+        self._default_settings = default
+        self._panel_settings = dict(pairs)
+        for panel in self.panel_area.panels.values():
+            panel.apply_settings(self._settings_for(panel.path, panel.kind))
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def target(self) -> int | str:
+        return self._target
+
+    @property
+    def remembers(self) -> bool:
+        """Whether this window keeps recent files and models in the user's settings."""
+        return self._remember
+
     def set_device(self, device: str) -> None:
         """Move runs to ``device``: every hook is removed first, then the ticked ones are registered again."""
         if device == self._device or device not in available_devices():
@@ -449,16 +499,42 @@ class MainWindow(QMainWindow):
         self._device = device
         if self._registry is not None:
             pairs = self.ticked_pairs()
+            edits = [edit for _, edit, _ in self._registry.edits()]  # the interventions move with the ticks
             self._registry.clear()
             for path, kind in sorted(pairs):
                 self._registry.add(path, kind)
+            for edit in edits:
+                try:
+                    self._registry.add_edit(edit)  # on or off as it was
+                except HookscopeError as error:
+                    self.show_error(f"{edit.spec} was dropped: {error}", dialog=False)
         self.device_box.setCurrentText(device)
-        self._dirty = True
-        self._request_run()
+        self.registry_changed()
 
     def run_again(self) -> None:
         """Run the current image again with the current ticks (F5)."""
         self._request_run()
+
+    def registry_changed(self, rerun: bool = True) -> None:
+        """The one place every change of the hook registry goes through (ticks, edits, a device move): the
+        inspector and the Interventions list follow (``hooks_changed``), and a run follows."""
+        self.hooks_changed.emit()
+        if rerun:
+            self._dirty = True
+            self._request_run()
+
+    def edits_changed(self) -> None:
+        """Edits were added to the registry directly (a restored session): show them and run."""
+        self.registry_changed()
+
+    @property
+    def image_b(self) -> ImageSource | None:
+        """Image B, compared with the image on screen; None when not comparing."""
+        return self.compare.image_b
+
+    def set_image_b(self, path: str | None) -> None:
+        """Compare every run with the image at ``path`` (None: stop comparing)."""
+        self.compare.set_image_b(path)
 
     def set_target(self, target: int | str) -> None:
         """Take gradients of class ``target`` (an index) or of the top-1 class (``"top1"``), and run again."""
@@ -536,10 +612,10 @@ class MainWindow(QMainWindow):
         mime = event.mimeData()
         if mime.hasUrls():
             paths = [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
-            if paths:
-                self.open_paths(paths)
-            else:
+            if not paths:
                 self.show_error("Only files on this computer can be dropped (not web links).")
+            elif not open_dropped_files(self, paths):  # model and session files open as such
+                self.open_paths(paths)
             event.acceptProposedAction()
         elif mime.hasImage():
             self._paste_count += 1
@@ -569,7 +645,8 @@ class MainWindow(QMainWindow):
         generation = self._latest.value
         latest = self._latest
         request = RunRequest.freeze(generation, self._loaded, self._registry, self._wanted_image, self._device,
-                                    self._target, self._panel_settings, self._default_settings)
+                                    self._target, self._panel_settings, self._default_settings,
+                                    image_b=self.compare.image_b)
         self._runner.submit(Job(generation, partial(execute_run, request, lambda: latest.value != generation),
                                 stale=lambda: latest.value != generation))
         self._update_busy()
@@ -594,13 +671,18 @@ class MainWindow(QMainWindow):
                 return
             self._loading = False
             self._sync_model_boxes()
-            self.show_error(message)
-            if self._run_wanted and self._loaded is not None:
+            handler, self._load_failed = self._load_failed, None
+            handled = handler is not None and handler[0] == job.generation and isinstance(error, BaseException) \
+                and handler[1](error)  # e.g. a model file asking for trust or its architecture
+            if not handled:
+                self.show_error(message)
+            if self._run_wanted and self._loaded is not None and not self._loading:
                 self._run_wanted = False
                 self._request_run()
         elif job.generation == self._latest.value:
             failed = self._wanted_image
             self.show_error(message)
+            self.run_failed.emit(message, error)  # e.g. the Interventions panel switches off an edit that failed
             if isinstance(error, DeviceError) and self._device != "cpu":
                 self.set_device("cpu")  # back to the device that always works; the run follows
                 return
@@ -699,6 +781,7 @@ class MainWindow(QMainWindow):
             f"update panels (GUI) {apply_ms:.1f} ms\n{len(result.records)} records"
         )
         self.statusBar().showMessage(f"{outcome.image.name}: {len(result.records)} records", 5000)
+        self.run_applied.emit(outcome)  # image B's views, prediction changes, Grad-CAM, the inspector
         self.applied_generations.append(outcome.generation)
         self.run_finished.emit()
 
@@ -722,8 +805,7 @@ class MainWindow(QMainWindow):
                 shown = self.channel_view.picture
                 if shown is not None and (shown.path, shown.kind) == (path, kind):
                     self.channel_dock.setVisible(False)
-        self._dirty = True
-        self._request_run()
+        self.registry_changed()
 
     def _on_panel_settings(self, path: str, kind: str, settings: PanelSettings) -> None:
         self._panel_settings[(path, kind)] = settings
@@ -739,7 +821,7 @@ class MainWindow(QMainWindow):
             self._panel_settings[(panel.path, panel.kind)] = panel.settings
 
     def _on_model_chosen(self, name: str) -> None:
-        if name not in catalogue():
+        if name not in catalogue(include_timm=True):
             self.show_error(f"Unknown model '{name}': choose one from the list.", dialog=False)
             self._sync_model_boxes()
             return
@@ -779,6 +861,7 @@ class MainWindow(QMainWindow):
             every = [(p, k) for p in paths for k in ("forward", "pre", "backward")]
             untick = menu.addAction(f"Untick every {node.type_name}")
             untick.triggered.connect(lambda *_, pairs=every: self.tree_model.set_ticked(pairs, False))
+            self.interventions.add_module_actions(menu, node.path)  # edits and Grad-CAM (interventions_panel.py)
             menu.addSeparator()
         menu.addAction("Untick all").triggered.connect(self.untick_all)
         menu.addAction("Expand all").triggered.connect(self.tree_view.expandAll)

@@ -38,6 +38,7 @@ class PanelArea(QScrollArea):
 
     close_requested = Signal(str, str)
     channel_clicked = Signal(object, int)
+    channel_menu_requested = Signal(object, int, object)  # picture, channel, global QPoint (a tile right-clicked)
     settings_changed = Signal(str, str, object)
 
     def __init__(
@@ -149,6 +150,7 @@ class PanelArea(QScrollArea):
         panel = FeatureMapPanel(path, kind, key, settings)
         panel.close_requested.connect(self.close_requested)
         panel.channel_clicked.connect(self.channel_clicked)
+        panel.channel_menu_requested.connect(self.channel_menu_requested)
         panel.settings_changed.connect(self._on_settings_changed)
         panel.float_requested.connect(self.pop_out)
         panel.float_button.setVisible(self._host is not None)

@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from app.core.resources import COLORMAPS, colormap_lut
+from app.ui.compare import VIEWS, diverging_lut
+from app.ui.panel_exports import export_button
 from app.ui.pictures import KIND_LABELS, PanelPicture, PanelSettings, shape_text
 from app.ui.theme import KIND_COLORS
 
@@ -42,7 +44,8 @@ KIND_TIPS = {
 
 def sort_labels(kind: str) -> dict[str, str]:
     what = "|grad|" if kind in ("backward", "tensor") else "value"
-    return {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}"}
+    return {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}",
+            "diff": "by |A − B|"}
 
 
 class ChoiceButton(QToolButton):
@@ -95,6 +98,7 @@ class FeatureMapPanel(QFrame):
     float_requested = Signal(object)  # the panel: pop it out of the grid into a dock of its own
     channel_clicked = Signal(object, int)  # the picture, the channel index
     settings_changed = Signal(str, str, object)  # path, kind, PanelSettings
+    channel_menu_requested = Signal(object, int, object)  # the picture, the channel, the global QPoint: right-click
 
     def __init__(self, path: str, kind: str, key: str, settings: PanelSettings, parent: QWidget | None = None):
         super().__init__(parent)
@@ -131,6 +135,8 @@ class FeatureMapPanel(QFrame):
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self._title, 1)
         header.addWidget(chip)
+        self.export_button = export_button(self)  # Export: PNG, SVG, arrays, statistics (panel_exports.py)
+        header.addWidget(self.export_button)
         header.addWidget(self.float_button)
         header.addWidget(close)
 
@@ -141,8 +147,15 @@ class FeatureMapPanel(QFrame):
         self.sort_box = ChoiceButton(sort_labels(kind), settings.sort, "Order of the tiles (highest first)")
         for box in (self.colormap_box, self.scaling_box, self.sort_box):
             box.chosen.connect(self._on_settings_edited)
+        # With image B set: which of A, B and A − B this panel draws (``show_views``).
+        self.views: dict[str, PanelPicture] = {}
+        self.view_box = ChoiceButton(VIEWS, "A", "Image B is set: show this record on A, on B, or the difference A − B")
+        self.view_box.setVisible(False)
+        self.view_box.chosen.connect(self._on_view_chosen)
+        self._lut_key = settings.colormap
         controls = QHBoxLayout()
         controls.setContentsMargins(0, 0, 0, 0)
+        controls.addWidget(self.view_box)
         controls.addWidget(self.colormap_box)
         controls.addWidget(self.scaling_box)
         controls.addWidget(self.sort_box)
@@ -208,11 +221,44 @@ class FeatureMapPanel(QFrame):
 
     def show_picture(self, picture: PanelPicture) -> None:
         """The hot path after every run: one ``setImage`` (or one bar item update), a few labels."""
+        if self.views:
+            self.views = {}
+            self.view_box.setVisible(False)
+        self._draw(picture)
+
+    def show_views(self, views: dict[str, PanelPicture]) -> None:
+        """Image B is set: this record on A, on B and A − B (keys of ``VIEWS``); the view box picks one."""
+        self.views = dict(views)
+        self.view_box.setVisible(len(self.views) > 1)
+        self._draw_view()
+
+    def choose_view(self, view: str) -> None:
+        """Show "A", "B" or "diff", as the view drop-down does."""
+        self.view_box.set_value(view, notify=True)
+
+    def _on_view_chosen(self, *_: object) -> None:
+        if self.views:
+            self._draw_view()
+
+    def _draw_view(self) -> None:
+        view = self.view_box.value if self.view_box.value in self.views else "A"
+        picture = self.views[view]
+        if picture.settings != self.settings:
+            picture = self.views[view] = picture.with_settings(self.settings)
+        self._draw(picture)
+
+    def _set_lut(self, key: str) -> None:
+        if key != self._lut_key:
+            self._lut_key = key
+            self._image.setLookupTable(diverging_lut() if key == "diff" else colormap_lut(key))
+
+    def _draw(self, picture: PanelPicture) -> None:
         self.picture = picture
+        self._set_lut("diff" if getattr(picture, "view", "A") == "diff" else picture.settings.colormap)
         self.settings = picture.settings
         count = picture.channel_count
         noun = {"maps": "maps", "vector": "values", "scalar": "value"}[picture.channels.kind]
-        grad = "|grad| · " if picture.is_gradient else ""
+        grad = "A − B · " if getattr(picture, "view", "A") == "diff" else "|grad| · " if picture.is_gradient else ""
         self._info.setText(f"{grad}{shape_text(picture.shape)} · {count} {noun}")
         self._idle_text = "hover or click a tile" if picture.channels.kind == "maps" else " "
         self._footer.setText(self._idle_text)
@@ -301,12 +347,13 @@ class FeatureMapPanel(QFrame):
         self.settings_changed.emit(self.path, self.kind, settings)
 
     def _set_settings(self, settings: PanelSettings) -> None:
-        colormap_changed = settings.colormap != self.settings.colormap
         self.settings = settings
-        if colormap_changed:
-            self._image.setLookupTable(colormap_lut(settings.colormap))
-        if self.picture is not None:
-            self.show_picture(self.picture.with_settings(settings))
+        if self.views:
+            self._draw_view()
+        elif self.picture is not None:
+            self._draw(self.picture.with_settings(settings))
+        else:
+            self._set_lut(settings.colormap)
 
     # ---- mouse ----------------------------------------------------------------------------------------------
     def channel_at(self, scene_pos: QPointF) -> tuple[int, float] | None:
@@ -336,6 +383,12 @@ class FeatureMapPanel(QFrame):
         )
 
     def _on_mouse_clicked(self, event) -> None:  # pyqtgraph's MouseClickEvent
+        if event.button() == Qt.MouseButton.RightButton:
+            hit = self.channel_at(event.scenePos())
+            if hit is not None and self.picture is not None:
+                event.accept()
+                self.channel_menu_requested.emit(self.picture, hit[0], event.screenPos().toPoint())
+            return
         if event.button() != Qt.MouseButton.LeftButton:
             return
         if event.double():

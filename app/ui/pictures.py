@@ -18,7 +18,7 @@ from app.core.resources import COLORMAPS
 from app.core.views import ChannelData, MosaicLayout, mosaic, sort_order
 
 SCALINGS: dict[str, str] = {"channel": "per-channel scaling", "shared": "shared scaling"}
-SORTS: tuple[str, ...] = ("none", "mean", "max")
+SORTS: tuple[str, ...] = ("none", "mean", "max", "diff")  # "diff": by |A - B| with image B (else channel order)
 KIND_LABELS: dict[str, str] = {
     "pre": "Inputs",
     "forward": "Activations",

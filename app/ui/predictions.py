@@ -16,6 +16,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.capture import Prediction
+from app.core.compare import PredictionChange
+from app.ui.compare_view import SideBySidePredictions, change_text
 
 
 class PredictionRow(QFrame):
@@ -35,11 +37,28 @@ class PredictionRow(QFrame):
         self.percent = QLabel("")
         self.percent.setMinimumWidth(48)
         self.percent.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.change = QLabel("")  # the change since the run without edits, "+3.1%"
+        self.change.setObjectName("predictionChange")
+        self.change.setMinimumWidth(54)
+        self.change.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.change.setVisible(False)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 2, 6, 2)
         layout.addWidget(self.label, 1)
         layout.addWidget(self.bar)
         layout.addWidget(self.percent)
+        layout.addWidget(self.change)
+
+    def show_change(self, change: PredictionChange | None) -> None:
+        """The change of this class's probability since the run without edits (green up, red down)."""
+        self.change.setVisible(change is not None)
+        if change is None:
+            self.change.setText("")
+            return
+        self.change.setText(change_text(change.delta))
+        color = "#7bd88f" if change.delta > 0 else "#ff8a80" if change.delta < 0 else "#9aa0aa"
+        self.change.setStyleSheet(f"color: {color};")
+        self.change.setToolTip(f"{change.before:.2%} without the edits, {change.probability:.2%} with them")
 
     def show_prediction(self, prediction: Prediction | None, is_target: bool) -> None:
         self.index = prediction.index if prediction else None
@@ -82,6 +101,13 @@ class PredictionsPanel(QWidget):
         self.hint = QLabel("Click a class to take gradients of its score.")
         self.hint.setObjectName("muted")
         self.hint.setWordWrap(True)
+        self.changes: list[PredictionChange] = []
+        self.changes_label = QLabel("Change of each probability since the run without the interventions")
+        self.changes_label.setObjectName("muted")
+        self.changes_label.setWordWrap(True)
+        self.changes_label.setVisible(False)
+        self.side_by_side = SideBySidePredictions()  # image A and image B, when B is set
+        self.side_by_side.setVisible(False)
         buttons = QHBoxLayout()
         buttons.addWidget(self.top1_button)
         buttons.addStretch(1)
@@ -94,10 +120,12 @@ class PredictionsPanel(QWidget):
             row.clicked.connect(self.target_chosen.emit)
             row.setVisible(False)
             layout.addWidget(row)
+        layout.addWidget(self.changes_label)
         layout.addSpacing(4)
         layout.addWidget(self.target_label)
         layout.addLayout(buttons)
         layout.addWidget(self.hint)
+        layout.addWidget(self.side_by_side)
         layout.addStretch(1)
 
     def show_predictions(
@@ -112,3 +140,11 @@ class PredictionsPanel(QWidget):
         self.hint.setText(
             "Click a class to take gradients of its score." if top5 else "This model's output is not class scores."
         )
+
+    def show_changes(self, changes: list[PredictionChange]) -> None:
+        """Each top-5 row's change since the run without edits (``prediction_changes``); empty: no edits."""
+        self.changes = list(changes)
+        by_index = {change.index: change for change in changes}
+        for row in self.rows:
+            row.show_change(by_index.get(row.index) if row.index is not None else None)
+        self.changes_label.setVisible(bool(changes))

@@ -1,0 +1,185 @@
+"""Image A against image B, computed off the GUI thread: B's pictures, the difference A − B, channels ranked by it.
+
+Pure numpy, no Qt (the worker runs it). When image B is set, each run runs B through the same registry right after
+A, so both see the same hooks and edits; every record both runs have gets three pictures (A, B, A − B), and all
+three carry the channel order "by difference" (mean |A − B| per channel, largest first).
+
+The difference is of the values as captured (signed, for gradients too) and is drawn through a diverging colormap
+with zero in the middle: blue where B is larger, orange where A is larger.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+
+from app.core.capture import RunResult
+from app.core.compare import as_array, pair_records
+from app.core.export import GRADIENT_KINDS
+from app.core.views import ChannelData, MosaicLayout, as_channels, mosaic
+from app.ui.pictures import Arrangement, PanelPicture, PanelSettings, _as_drawable, arrange, picture_of
+
+VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # the panels' view drop-down
+DIFF_SORT = "diff"
+
+
+@cache
+def diverging_lut() -> np.ndarray:
+    """(256, 3) uint8: index 0 is the mosaic's padding (the plot background); 1 is -max (blue), 128 zero (dark
+    grey, so what did not change recedes on the dark theme), 255 +max (orange)."""
+    negative = np.array([70, 140, 235], dtype=np.float64)
+    middle = np.array([36, 38, 43], dtype=np.float64)
+    positive = np.array([245, 150, 50], dtype=np.float64)
+    t = np.linspace(-1.0, 1.0, 255)[:, None]
+    ramp = middle + np.where(t < 0, negative - middle, positive - middle) * np.abs(t) ** 0.8
+    lut = np.vstack([[22, 24, 28], ramp])
+    return np.clip(np.round(lut), 0, 255).astype(np.uint8)
+
+
+def signed_mosaic(
+    maps: np.ndarray, scaling: str = "channel", order: np.ndarray | None = None, pad: int = 1
+) -> tuple[np.ndarray, MosaicLayout]:
+    """Signed maps (C, H, W) as one uint8 mosaic with zero at 128 (values 1..255, padding 0), symmetric per
+    channel (or shared): the tile layout of ``views.mosaic``, so the panel's tile arithmetic works unchanged."""
+    values = np.asarray(maps, dtype=np.float32)
+    count_all, h, w = values.shape
+    index = np.arange(count_all) if order is None else np.asarray(order, dtype=np.intp).reshape(-1)
+    count = index.size
+    order_tuple = None if order is None else tuple(int(i) for i in index)
+    if count == 0 or h == 0 or w == 0:
+        return np.zeros((0, 0), dtype=np.uint8), MosaicLayout(count, 0, 0, h, w, pad, order_tuple)
+    cols = max(1, min(math.ceil(math.sqrt(count)), count))
+    rows = math.ceil(count / cols)
+    magnitude = np.abs(values).reshape(count_all, -1).max(axis=1)
+    if scaling == "shared":
+        magnitude = np.full_like(magnitude, magnitude.max(initial=0.0))
+    scale = np.divide(127.0, magnitude, out=np.zeros_like(magnitude), where=magnitude > 0)
+    picture = np.zeros((rows * (h + pad) - pad, cols * (w + pad) - pad), dtype=np.uint8)
+    for tile, channel in enumerate(index):
+        row, col = divmod(tile, cols)
+        top, left = row * (h + pad), col * (w + pad)
+        scaled = values[channel] * scale[channel] + np.float32(128.5)
+        picture[top : top + h, left : left + w] = np.clip(scaled, 1, 255).astype(np.uint8)
+    return picture, MosaicLayout(count, cols, rows, h, w, pad, order_tuple)
+
+
+def arrange_view(
+    channels: ChannelData, settings: PanelSettings, view: str, diff_order: np.ndarray | None
+) -> Arrangement:
+    """``pictures.arrange`` for one view: "by difference" uses ``diff_order``; the difference view is signed."""
+    order = diff_order if settings.sort == DIFF_SORT else None
+    if view != "diff":
+        if order is None:
+            return arrange(channels, settings)
+        if channels.kind == "maps":
+            image, layout = mosaic(channels.data, scaling=settings.scaling, order=order)
+            return Arrangement(image, layout, order, None)
+        values = channels.data.reshape(-1)
+        return Arrangement(None, None, order, values[order])
+    if channels.kind == "maps":
+        if order is None and settings.sort in ("mean", "max"):
+            order = arrange(channels, settings).order
+        image, layout = signed_mosaic(channels.data, settings.scaling, order)
+        return Arrangement(image, layout, order, None)
+    if order is None and settings.sort in ("mean", "max"):
+        order = arrange(channels, settings).order
+    values = channels.data.reshape(-1)
+    return Arrangement(None, None, order, values[order] if order is not None else values)
+
+
+@dataclass(frozen=True, eq=False)
+class ComparedPicture(PanelPicture):
+    """A panel picture of one of the three views of a record, with the record's channel order by difference."""
+
+    view: str = "A"  # "A", "B" or "diff"
+    diff_order: np.ndarray | None = None  # channels by mean |A - B|, largest first
+
+    @property
+    def is_gradient(self) -> bool:
+        return self.view != "diff" and self.kind in GRADIENT_KINDS
+
+    def with_settings(self, settings: PanelSettings) -> ComparedPicture:
+        if (settings.scaling, settings.sort) == (self.settings.scaling, self.settings.sort):
+            return replace(self, settings=settings)
+        return replace(
+            self, settings=settings, arrangement=arrange_view(self.channels, settings, self.view, self.diff_order)
+        )
+
+
+def _compared(picture: PanelPicture, view: str, diff_order: np.ndarray | None) -> ComparedPicture:
+    fields = {name: getattr(picture, name) for name in PanelPicture.__dataclass_fields__}
+    if picture.settings.sort == DIFF_SORT and diff_order is not None:
+        fields["arrangement"] = arrange_view(picture.channels, picture.settings, view, diff_order)
+    return ComparedPicture(**fields, view=view, diff_order=diff_order)
+
+
+def difference_channels(a: ChannelData, b: ChannelData) -> ChannelData:
+    """A − B of two records' values in the panels' channel layout (signed, gradients included)."""
+    return ChannelData(a.kind, np.ascontiguousarray(a.data - b.data, dtype=np.float32), a.note)
+
+
+def channel_order_by_difference(difference: ChannelData) -> np.ndarray:
+    """Channels by mean |A − B|, largest first; ties keep channel order (as ``rank_channels_by_difference``)."""
+    data = difference.data
+    count = data.shape[0] if difference.kind == "maps" else data.size
+    scores = np.abs(data).reshape(count, -1).mean(axis=1)
+    return np.argsort(-scores, kind="stable")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What image B adds to a run: its result and display, and per record (kind, key) the three views."""
+
+    result: RunResult  # image B's run
+    input_display: np.ndarray  # uint8 (H, W, 3): B as the model sees it
+    views: dict[tuple[str, str], dict[str, ComparedPicture]]
+
+
+def compare_runs(
+    result_a: RunResult,
+    result_b: RunResult,
+    pictures_a: list[PanelPicture],
+    display_b: np.ndarray,
+) -> tuple[list[PanelPicture], Comparison]:
+    """A's pictures with their channel order by difference, and the B and A − B views of each record."""
+    by_ident = {(p.kind, p.key): p for p in pictures_a}
+    views: dict[tuple[str, str], dict[str, ComparedPicture]] = {}
+    for pair in pair_records(result_a, result_b):
+        picture = by_ident.get((pair.kind, pair.key))
+        if picture is None or pair.a is None or pair.b is None:
+            continue
+        settings = picture.settings
+        picture_b = picture_of(pair.b, settings)
+        diff_order = None
+        entry: dict[str, ComparedPicture] = {}
+        if tuple(pair.a.tensor.shape) == tuple(pair.b.tensor.shape):
+            raw_a, raw_b = as_channels(as_array(pair.a)), as_channels(as_array(pair.b))
+            difference = _as_drawable(difference_channels(raw_a, raw_b))
+            diff_order = channel_order_by_difference(difference)
+            if diff_order.size != picture.channel_count:
+                diff_order = None
+            arrangement = arrange_view(difference, settings, "diff", diff_order)
+            flat = not difference.data.size or float(np.abs(difference.data).max()) == 0.0
+            entry["diff"] = ComparedPicture(
+                path=picture.path,
+                kind=picture.kind,
+                key=picture.key,
+                call=picture.call,
+                leaf=picture.leaf,
+                method=picture.method,
+                shape=picture.shape,
+                channels=difference,
+                flat=flat,
+                settings=settings,
+                arrangement=arrangement,
+                view="diff",
+                diff_order=diff_order,
+            )
+        entry["A"] = _compared(picture, "A", diff_order)
+        entry["B"] = _compared(picture_b, "B", diff_order)
+        views[(pair.kind, pair.key)] = {key: entry[key] for key in VIEWS if key in entry}
+    pictures = [views[(p.kind, p.key)]["A"] if (p.kind, p.key) in views else p for p in pictures_a]
+    return pictures, Comparison(result_b, display_b, views)

@@ -1,0 +1,206 @@
+"""The Grad-CAM dock: where in the image one module's activations push the target class, over the input image.
+
+Grad-CAM needs the module's activations (a forward hook) and the gradient of the target with respect to them (a
+full backward hook, or its tensor-hook fallback); ``show_module`` ticks whichever is missing, as a click in the
+tree would, and says so. The map is recomputed after every run (``run_grad_cam``), for the window's target class.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+
+from app.core.cam import GRADIENT_KINDS, has_spatial_output, overlay, run_grad_cam
+from app.core.errors import HookscopeError
+from app.core.resources import colormap_lut
+from app.ui.jobs import RunOutcome
+from app.ui.pictures import KIND_LABELS
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
+
+CAM_COLORMAP = "inferno"
+
+
+class GradCamView(QWidget):
+    """One module's Grad-CAM laid over the input image, with an opacity slider; refreshed after every run."""
+
+    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._window = window
+        self.path: str | None = None
+        self.cam: np.ndarray | None = None  # float32 (H, W) in [0, 1], the input's size
+        self._input: np.ndarray | None = None
+        self._tick_note = ""
+
+        self.title = QLabel("Right-click a module (or a channel tile) and choose Grad-CAM.")
+        self.title.setObjectName("panelTitle")
+        self.title.setWordWrap(True)
+        self.module_box = QComboBox()
+        self.module_box.setToolTip("Modules with spatial output whose activations and gradients are hooked")
+        self.module_box.setMinimumContentsLength(16)
+        self.module_box.textActivated.connect(self.show_module)
+        self.view = pg.GraphicsLayoutWidget()
+        self.view.setMinimumHeight(200)
+        self._box = self.view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
+        self._box.setMouseEnabled(False, False)
+        self.image_item = pg.ImageItem()
+        self._box.addItem(self.image_item)
+        self.opacity = QSlider(Qt.Orientation.Horizontal)
+        self.opacity.setRange(0, 100)
+        self.opacity.setValue(50)
+        self.opacity.setToolTip("Opacity of the Grad-CAM map over the input image")
+        self.opacity.valueChanged.connect(self._redraw)
+        self.note = QLabel("")
+        self.note.setObjectName("muted")
+        self.note.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Module"))
+        top.addWidget(self.module_box, 1)
+        opacity_row = QHBoxLayout()
+        opacity_row.addWidget(QLabel("Opacity"))
+        opacity_row.addWidget(self.opacity, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.title)
+        layout.addLayout(top)
+        layout.addWidget(self.view, 1)
+        layout.addLayout(opacity_row)
+        layout.addWidget(self.note)
+
+        window.run_applied.connect(self._on_run_applied)
+        window.model_ready.connect(self._on_model_ready)
+
+    # ---- public -------------------------------------------------------------------------------------------
+    def applies_to(self, path: str) -> bool | None:
+        """Whether ``path``'s output is spatial (C, H, W) in the last survey; None when not known yet."""
+        registry = self._window.registry
+        survey = registry.survey if registry is not None else None
+        if survey is None:
+            return None
+        run = survey.run_of(path)
+        if not run.ran or not run.output_shapes:
+            return False
+        return has_spatial_output(tuple(run.output_shapes[0]))
+
+    def show_module(self, path: str) -> bool:
+        """Show the Grad-CAM of ``path``, ticking its activations and gradients if either is missing."""
+        window = self._window
+        registry = window.registry
+        if registry is None:
+            window.show_error("No model is loaded yet.")
+            return False
+        if path not in registry.paths:
+            window.show_error(f"The model has no module '{path}'.")
+            return False
+        if self.applies_to(path) is False:
+            shapes = registry.survey.run_of(path).output_shapes if registry.survey is not None else []
+            shape = "×".join(map(str, shapes[0])) if shapes else "no output in the last run"
+            window.show_error(
+                f"Grad-CAM needs a module with spatial output (C, H, W); {path or 'the model'} gives {shape}."
+            )
+            return False
+        self.path = path
+        ticked = []
+        if not registry.has(path, "forward"):
+            ticked.append("forward")
+        if not any(registry.has(path, kind) for kind in GRADIENT_KINDS):
+            ticked.append("backward")
+        for kind in ticked:
+            window.tick(path, kind, True)  # the same path as a click: the run follows
+        self._tick_note = ""
+        if ticked:
+            what = " and ".join(KIND_LABELS[k].lower() for k in ticked)
+            self._tick_note = f"Grad-CAM needs the activations and the gradients of {path}: ticked its {what}."
+            window.statusBar().showMessage(f"Grad-CAM of {path}: ticked its {what}.", 6000)
+        self.note.setText(self._tick_note)
+        self._sync_modules()
+        outcome = window.last_outcome
+        if not ticked and outcome is not None:
+            self._compute(outcome)
+        else:
+            self.title.setText(f"Grad-CAM of {path}: waiting for the run…")
+        dock = getattr(window, "grad_cam_dock", None)
+        if dock is not None:
+            dock.setVisible(True)
+            dock.raise_()
+        return True
+
+    # ---- runs ---------------------------------------------------------------------------------------------
+    def _on_model_ready(self) -> None:
+        registry = self._window.registry
+        if self.path is not None and (registry is None or self.path not in registry.paths):
+            self.path = None
+            self.cam = None
+            self.image_item.clear()
+            self.title.setText("Right-click a module (or a channel tile) and choose Grad-CAM.")
+
+    def _on_run_applied(self, outcome: RunOutcome) -> None:
+        self._sync_modules(outcome)
+        if self.path is not None:
+            self._compute(outcome)
+
+    def _compute(self, outcome: RunOutcome) -> None:
+        path = self.path
+        if path is None:
+            return
+        result = outcome.result
+        try:
+            cam = run_grad_cam(result, path)
+        except HookscopeError as error:
+            self.cam = None
+            self.image_item.clear()
+            self.title.setText(f"Grad-CAM of {path}: {error}")
+            return
+        self.cam, self._input = cam, outcome.input_display
+        target = result.target
+        categories = self._window.loaded.categories if self._window.loaded is not None else None
+        if result.target_index is not None and categories:
+            target += f": {categories[result.target_index]}"
+        self.title.setText(f"Grad-CAM of {path} for the {target}")
+        zero = float(cam.max(initial=0.0)) == 0.0
+        self.note.setText(
+            " ".join(
+                t
+                for t in (
+                    self._tick_note,
+                    "The map is zero everywhere: the channels' weighted sum is negative at every position."
+                    if zero
+                    else "",
+                )
+                if t
+            )
+        )
+        self._redraw()
+        self._box.autoRange(padding=0.01)
+
+    def _redraw(self, *_: object) -> None:
+        if self.cam is None or self._input is None or self.cam.shape != self._input.shape[:2]:
+            return
+        blended = overlay(self._input, self.cam, self.opacity.value() / 100.0, colormap_lut(CAM_COLORMAP))
+        self.image_item.setImage(blended, autoLevels=False, levels=(0, 255))
+
+    def _sync_modules(self, outcome: RunOutcome | None = None) -> None:
+        """The module box lists every module the last run can give a Grad-CAM for, and the current one."""
+        outcome = outcome or self._window.last_outcome
+        paths: list[str] = []
+        if outcome is not None:
+            result = outcome.result
+            grads = {r.path for r in result.records if r.kind in GRADIENT_KINDS and not r.call and not r.leaf}
+            paths = [
+                r.path
+                for r in result.of_kind("forward")
+                if not r.call and not r.leaf and r.path in grads and has_spatial_output(tuple(r.tensor.shape))
+            ]
+        if self.path is not None and self.path not in paths:
+            paths.append(self.path)
+        self.module_box.blockSignals(True)
+        self.module_box.clear()
+        self.module_box.addItems(list(dict.fromkeys(paths)))
+        if self.path is not None:
+            self.module_box.setCurrentText(self.path)
+        self.module_box.blockSignals(False)

@@ -1,0 +1,390 @@
+"""Opening your own model in the window, downloading pretrained weights, and the model's input settings.
+
+Real files (state_dicts, pickles, TorchScript, a model.py), real drops on the window, a real HTTP server on
+127.0.0.1 for the download; the questions a file raises (architecture, trust) are answered by replacing the one
+method that asks, never by a modal dialog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+from torch import nn
+
+from app.core import models as core_models
+from app.core.model_inputs import custom_preprocess
+from app.core.weights import WEIGHTS_URL_ENV
+from app.ui.input_settings import InputDialog
+from app.ui.main_window import MainWindow
+from app.ui.open_model import ArchitectureDialog, guess_architecture
+
+RUN_TIMEOUT_MS = 120_000
+SMALL = "squeezenet1_1"  # a catalogue model with small (5 MB) weights
+
+
+def drop_files(window: MainWindow, paths: list[Path]) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    enter = QDragEnterEvent(QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, drop)
+
+
+class MarkerNet(nn.Module):
+    """A small model whose unpickling leaves a marker file: proof that code from the file ran."""
+
+    def __init__(self, marker: Path) -> None:
+        super().__init__()
+        self.marker = str(marker)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(self.conv(x)).flatten(1))
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        Path(state["marker"]).write_text("unpickled")
+
+
+def never(*args, **kwargs):
+    raise AssertionError(f"this question must not be asked here: {args}")
+
+
+# ---- model files -------------------------------------------------------------------------------------------
+
+
+def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window, qtbot, tmp_path, monkeypatch):
+    torch.manual_seed(7)
+    saved = torchvision.models.resnet18().state_dict()
+    path = tmp_path / "cats_finetuned.pth"
+    torch.save(saved, path)
+    before = window.ticked_pairs()
+    asked = []
+    monkeypatch.setattr(window.model_files, "ask_architecture",
+                        lambda file, keys: asked.append((file, keys)) or ("resnet18", False))
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        drop_files(window, [path])
+    assert asked == [(str(path), len(saved))]
+    loaded = window.loaded
+    assert loaded.source == "state_dict" and loaded.model_file == str(path) and loaded.name == "resnet18"
+    state = loaded.module.state_dict()
+    assert set(state) == set(saved) and all(torch.equal(state[k], saved[k]) for k in saved)
+    assert window.ticked_pairs() == before  # the ticks carried over to the new model
+    assert window.last_outcome.result.records
+
+    # File > Recent models opens it again without asking
+    monkeypatch.setattr(window.model_files, "ask_architecture", never)
+    actions = window.model_files.recent_menu.actions()
+    assert actions[0].text() == "cats_finetuned.pth as resnet18" and actions[0].toolTip() == str(path)
+    with qtbot.waitSignal(window.model_ready, timeout=RUN_TIMEOUT_MS):
+        actions[0].trigger()
+    assert window.loaded is not loaded and torch.equal(window.loaded.module.fc.weight, saved["fc.weight"])
+
+
+def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(window, qtbot, tmp_path, monkeypatch):
+    torch.manual_seed(3)
+    saved = torchvision.models.resnet18(num_classes=10).state_dict()
+    path = tmp_path / "ten_classes.pt"
+    torch.save({"state_dict": saved}, path)
+    previous = window.loaded
+    answers = iter([("resnet18", False), ("resnet18", True)])
+    monkeypatch.setattr(window.model_files, "ask_architecture", lambda file, keys: next(answers))
+    with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
+        window.model_files.open(path)
+    message = shown.args[0]
+    assert "does not fit resnet18" in message and "shape mismatch" in message and "fc.weight" in message
+    assert "(10, 512)" in message and "non-strict" in message
+    assert window.loaded is previous  # nothing half-loaded: the previous model stays
+
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.model_files.open(path)
+    loaded = window.loaded
+    assert loaded is not previous and "Non-strict load" in loaded.notice and window.notice.isVisible()
+    assert torch.equal(loaded.module.layer1[0].conv1.weight, saved["layer1.0.conv1.weight"])
+    assert loaded.module.fc.weight.shape == (1000, 512)
+
+
+def test_a_pickled_model_opens_only_when_trusted(window, qtbot, tmp_path, monkeypatch):
+    marker = tmp_path / "unpickled.marker"
+    path = tmp_path / "whole_model.pt"
+    torch.save(MarkerNet(marker), path)
+    previous, results = window.loaded, window.last_outcome
+    asked = []
+    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: asked.append((file, objects)) or False)
+    with qtbot.waitSignal(window.model_files.refused, timeout=RUN_TIMEOUT_MS) as refused:
+        drop_files(window, [path])
+    assert asked and asked[0][0] == str(path)
+    assert any(name.endswith("MarkerNet") for name in asked[0][1])  # the dialog names what the file imports
+    assert "not trusted" in refused.args[0] and "whole_model.pt" in window.last_error
+    assert not marker.exists()  # nothing from the file ran
+    assert window.loaded is previous and window.last_outcome is results
+
+    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: True)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        drop_files(window, [path])
+    assert marker.exists()
+    assert window.loaded.source == "pickle" and isinstance(window.loaded.module, MarkerNet)
+    assert window.last_outcome.result.records  # its default layers were ticked and ran
+
+
+def test_a_python_factory_runs_only_when_trusted(window, qtbot, tmp_path, monkeypatch):
+    marker = tmp_path / "imported.marker"
+    code = tmp_path / "model.py"
+    code.write_text(
+        "import pathlib\nfrom torch import nn\n"
+        f"pathlib.Path({str(marker)!r}).touch()\n"
+        "def build():\n    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3))\n"
+    )
+    previous = window.loaded
+    trust = []
+    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: trust.append(file) or False)
+    with qtbot.waitSignal(window.model_files.refused, timeout=RUN_TIMEOUT_MS):
+        drop_files(window, [code])
+    assert trust == [f"{code}:build"] and not marker.exists() and window.loaded is previous
+
+    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: True)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.model_files.open(code)
+    assert marker.exists() and window.loaded.source == "python"
+    # a one-channel first convolution: a grayscale input was guessed, and the window says it is a guess
+    assert window.loaded.preprocess.channels == 1
+    assert window.last_outcome.result.input.shape == (1, 1, 224, 224)
+    assert "1 x 224 x 224, grayscale" in window.input_settings.requirements.text()
+    assert "guess" in window.input_settings.requirements.text()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
+def test_torchscript_and_other_files_are_refused_and_the_results_stay(window, qtbot, tmp_path):
+    scripted = tmp_path / "scripted.pt"
+    torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 3))).save(str(scripted))
+    junk = tmp_path / "junk.pth"
+    junk.write_bytes(b"these are not weights" * 100)
+    previous, results = window.loaded, window.last_outcome
+    with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
+        drop_files(window, [scripted])
+    assert "TorchScript" in shown.args[0] and "hooks" in shown.args[0] and "--" not in shown.args[0]
+    with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
+        drop_files(window, [junk])
+    assert "not a PyTorch model or weights file" in shown.args[0]
+    assert window.loaded is previous and window.last_outcome is results
+    assert window.registry.handles()  # the previous hooks are still on the previous model
+
+
+def test_the_architecture_chooser_searches_and_guesses(qtbot, tmp_path):
+    dialog = ArchitectureDialog(str(tmp_path / "resnet50_finetuned.pth"), 320)
+    qtbot.addWidget(dialog)
+    assert dialog.architecture == "resnet50" and not dialog.non_strict
+    dialog.filter.setText("mobilenet v3")
+    shown = [dialog.list.item(n).text() for n in range(dialog.list.count()) if not dialog.list.item(n).isHidden()]
+    assert shown and all("mobilenet" in name and "v3" in name for name in shown)
+    assert dialog.architecture in shown
+    dialog.filter.setText("no such network")
+    assert dialog.architecture is None
+    assert guess_architecture("my_vit_b_16.pt", core_models.catalogue()) == "vit_b_16"
+
+
+def test_timm_models_join_the_model_list_when_timm_is_installed(make_window, qtbot, monkeypatch):
+    monkeypatch.setattr(core_models, "timm_catalogue", lambda: ["timm/tiny_fake_net"])
+    window = make_window()
+    names = [window.model_box.itemText(n) for n in range(window.model_box.count())]
+    assert "timm/tiny_fake_net" in names and "resnet18" in names
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+
+
+# ---- input settings ------------------------------------------------------------------------------------------
+
+
+def test_input_settings_change_what_the_model_is_fed(window, qtbot, monkeypatch):
+    assert window.last_outcome.result.input.shape == (1, 3, 224, 224)
+    assert "the weights' own transforms" in window.input_settings.requirements.text()
+    monkeypatch.setattr(window.input_settings, "ask_input",
+                        lambda loaded: custom_preprocess(size=160, mean=[0.5], std=[0.25]))
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.input_settings.button.click()
+    result = window.last_outcome.result
+    assert result.input.shape == (1, 3, 160, 160)
+    assert window.loaded.preprocess.mean == (0.5, 0.5, 0.5)
+    text = window.input_settings.requirements.text()
+    assert "3 x 160 x 160" in text and "set with Input…" in text
+
+
+def test_the_input_dialog_reads_and_checks_its_values(qtbot):
+    own = custom_preprocess()
+    dialog = InputDialog(own, own, model_channels=3)
+    qtbot.addWidget(dialog)
+    assert dialog.size.value() == 224 and dialog.mean.text() == "0.485, 0.456, 0.406"
+    dialog.size.setValue(96)
+    dialog.channels.setCurrentIndex(dialog.channels.findData(1))
+    assert "3 channel(s)" in dialog.message.text()  # the model's first convolution wants RGB
+    dialog.mean.setText("0.5")
+    dialog.std.setText("0.2")
+    assert dialog.preprocess() == custom_preprocess(size=96, mean=[0.5], std=[0.2], channels=1)
+    dialog.std.setText("0.2, x")
+    dialog.accept()
+    assert dialog.result_preprocess is None and "not a list of numbers" in dialog.message.text()
+    dialog.std.setText("0")
+    dialog.accept()
+    assert dialog.result_preprocess is None and "above 0" in dialog.message.text()
+
+
+# ---- downloading pretrained weights -------------------------------------------------------------------------
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """``server.files[path] = (behaviour, body)``: "good" sends it at once, "drip" in 16 kB pieces until the
+    client goes away."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        entry = self.server.files.get(self.path)
+        if entry is None:
+            self.send_error(404, "Not Found")
+            return
+        behaviour, body = entry
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        try:
+            if behaviour == "good":
+                self.wfile.write(body)
+            else:
+                for start in range(0, len(body), 16_384):
+                    self.wfile.write(body[start : start + 16_384])
+                    self.wfile.flush()
+                    time.sleep(0.01)
+        except OSError:  # the client cancelled
+            pass
+        self.close_connection = True
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.files = {}
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def hub(tmp_path):
+    previous = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path / "hub"))
+    yield tmp_path / "hub" / "checkpoints"
+    torch.hub.set_dir(previous)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+@pytest.fixture
+def served(server, hub, monkeypatch):
+    """SMALL's default weights address renamed to the hash of a state_dict made here (seed 4), on the server."""
+    torch.manual_seed(4)
+    buffer = io.BytesIO()
+    torch.save(torchvision.models.get_model(SMALL, weights=None).state_dict(), buffer)
+    body = buffer.getvalue()
+    name = f"{SMALL}-{hashlib.sha256(body).hexdigest()[:8]}.pth"
+    weights = torchvision.models.get_model_weights(SMALL).DEFAULT
+    monkeypatch.setattr(weights.value, "url", f"https://download.pytorch.org/models/{name}")
+    monkeypatch.setenv(WEIGHTS_URL_ENV, server.base + "/mirror/")
+    server.files[f"/mirror/{name}"] = ("good", body)
+    return name, body
+
+
+def _untrained_window(make_window, qtbot) -> MainWindow:
+    window = make_window(model=SMALL, weights="default")
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    assert not window.loaded.pretrained and window.notice.isVisible()
+    return window
+
+
+def test_download_button_fetches_the_weights_with_progress_then_uses_them(make_window, qtbot, served, hub):
+    name, body = served
+    window = _untrained_window(make_window, qtbot)
+    download = window.weights_download
+    assert download.bar.isVisible() and download.download_button.text() == "Download (5 MB)"
+    texts, values = [], []
+    download.progressed.connect(lambda *_: (texts.append(download.transfer.text()), values.append(download.progress.value())))
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        qtbot.mouseClick(download.download_button, Qt.MouseButton.LeftButton)
+        qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS).wait()
+    assert download.progress.value() == download.progress.maximum() == 1000  # 100%
+    assert values and values[-1] == 1000
+    assert any("MB/s" in text and f"of {len(body) / 1e6:.1f} MB" in text for text in texts)
+    assert _files(hub) == [name]
+    loaded = window.loaded
+    assert loaded.pretrained and loaded.weights == "default" and loaded.name == SMALL
+    torch.manual_seed(4)
+    expected = torchvision.models.get_model(SMALL, weights=None)
+    assert torch.equal(loaded.module.classifier[1].weight, expected.classifier[1].weight)
+    assert not window.notice.isVisible() and not download.bar.isVisible()
+    assert window.last_outcome.result.records  # ran again with the weights
+
+
+def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(make_window, qtbot, served, hub, server):
+    name, body = served
+    server.files[f"/mirror/{name}"] = ("drip", body)
+    window = _untrained_window(make_window, qtbot)
+    download = window.weights_download
+    previous = window.loaded
+
+    def cancel_once_started(done, total, speed):
+        if done > 0:
+            download.cancel_button.click()
+
+    download.progressed.connect(cancel_once_started)
+    with qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS) as finished:
+        download.download_button.click()
+    assert finished.args[0] == "cancelled" and "nothing was saved" in finished.args[1]
+    assert _files(hub) == []  # neither the weights nor a partial file
+    assert window.loaded is previous and not window.loaded.pretrained
+    assert download.download_button.isVisible() and not download.progress.isVisible()
+
+
+def test_offline_download_is_one_sentence_and_the_untrained_model_stays(make_window, qtbot, served, hub, monkeypatch):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv(WEIGHTS_URL_ENV, f"http://127.0.0.1:{port}/models")
+    window = _untrained_window(make_window, qtbot)
+    previous = window.loaded
+    with qtbot.waitSignal(window.weights_download.finished, timeout=RUN_TIMEOUT_MS) as finished:
+        window.weights_download.start()
+    assert finished.args[0] == "failed"
+    message = finished.args[1]
+    assert "you appear to be offline" in message and "\n" not in message
+    assert "you appear to be offline" in window.notice.text() and "untrained" in window.notice.text()
+    assert window.loaded is previous and _files(hub) == []
+    assert window.weights_download.download_button.text().startswith("Try again")
