@@ -292,6 +292,8 @@ def _trusted_load(file: Path) -> object:
         match = re.search(r"Can't get attribute '([^']+)' on <module '([^']+)'", str(error))
         if match:
             cls, module = match.groups()
+            if module.endswith("__main__"):  # under "python -m tool" the running script reports as "tool.__main__"
+                module = "__main__"
             raise ModelError(
                 f"'{file}' needs the class {cls} from {module} (the script that saved it), which cannot be imported "
                 "here: open the state_dict with a factory instead (--model-file model.py:build --weights FILE)."
