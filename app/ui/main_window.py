@@ -960,6 +960,9 @@ class MainWindow(QMainWindow):
         self._closing = True
         self._latest.value += 1
         self._run_timer.stop()
+        download = getattr(self, "weights_download", None)
+        if download is not None:
+            download.stop()
         self._runner.shutdown()
         if self._registry is not None:
             self._registry.clear()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torchvision
-from PySide6.QtCore import QEvent, QObject, QThreadPool, Signal
+from PySide6.QtCore import QObject, QThreadPool, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton
 from superqt.utils import FunctionWorker, create_worker
 
@@ -82,7 +82,6 @@ class WeightsDownload(QObject):
 
         self.progressed.connect(self._on_progress)
         window.model_ready.connect(self._on_model_ready)
-        window.installEventFilter(self)  # a closing window cancels the download first (its shutdown waits for it)
 
     # ---- state --------------------------------------------------------------------------------------------
     @property
@@ -192,7 +191,9 @@ class WeightsDownload(QObject):
             self.bar.setVisible(False)
         self.finished.emit("cancelled" if cancelled else "failed", message)
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self._window and event.type() == QEvent.Type.Close:
-            self._cancel = True
-        return False
+    def stop(self) -> None:
+        """Called by the closing window before it waits for its workers, so a download ends first.
+
+        (A Python event filter on the window did this before; it ran Python on every window event and was seen
+        to deadlock against a worker thread holding the GIL.)"""
+        self._cancel = True
