@@ -28,12 +28,12 @@ ARCHIVES = {
 GRADIENT_KINDS = ("backward", "tensor")
 
 
-def record_picture(record: Record) -> ChannelData:
-    """What a panel shows for a record: the values, or |grad| per channel for gradients."""
+def record_picture(record: Record, check_finite: bool = True) -> ChannelData:
+    """What a panel shows for a record: the values, or |grad| per channel for gradients (``as_channels``)."""
     array = record.tensor.float().numpy()
     if record.kind in GRADIENT_KINDS:
         array = grad_magnitude(array)
-    return as_channels(array)
+    return as_channels(array, check_finite)
 
 
 def picture_image(picture: ChannelData, scaling: str = "channel", order: np.ndarray | None = None) -> np.ndarray:

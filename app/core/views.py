@@ -1,6 +1,6 @@
-"""Turning layer outputs and gradients into 2-D pictures: pure numpy, so it is cheap to test and reuse.
+"""Turning layer outputs and gradients into 2-D pictures: numpy arrays in and out, so it is cheap to test and reuse.
 
-The caller converts tensors to numpy; nothing here imports torch.
+The caller converts tensors to numpy; torch is used only inside ``channel_ranges``, as a faster reduction.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,11 @@ def token_grid(tokens: np.ndarray) -> tuple[np.ndarray, str] | None:
     return None
 
 
-def as_channels(array: np.ndarray) -> ChannelData:
-    """Interpret any layer output as maps, a vector or a scalar, so every layer gets a sensible picture."""
+def as_channels(array: np.ndarray, check_finite: bool = True) -> ChannelData:
+    """Interpret any layer output as maps, a vector or a scalar, so every layer gets a sensible picture.
+
+    NaN and inf become 0 (with a note); ``check_finite=False`` leaves that to a caller that finds them on a pass
+    it makes anyway (``without_non_finite``)."""
     data = np.asarray(array)
     notes: list[str] = []
     if data.ndim >= 2 and data.shape[0] == 1:
@@ -87,12 +91,23 @@ def as_channels(array: np.ndarray) -> ChannelData:
             f"{data.shape[0]} maps of {original[-2]}x{original[-1]} (leading dims merged)"
         )
 
-    finite = np.isfinite(data)
-    if not finite.all():
-        bad = int(data.size - np.count_nonzero(finite))
-        data = np.where(finite, data, np.float32(0))
-        notes.append(f"{bad} non-finite value{'s' if bad != 1 else ''} (NaN/inf) replaced by 0")
-    return ChannelData(kind=kind, data=np.ascontiguousarray(data, dtype=np.float32), note="; ".join(notes))
+    channels = ChannelData(kind=kind, data=np.ascontiguousarray(data, dtype=np.float32), note="; ".join(notes))
+    # A NaN or inf anywhere makes the sum non-finite: one pass with no temporary array, and only then (or on an
+    # overflowing sum of finite values) the full check that counts and replaces them.
+    if check_finite and channels.data.size and not np.isfinite(channels.data.sum()):
+        channels = without_non_finite(channels)
+    return channels
+
+
+def without_non_finite(channels: ChannelData) -> ChannelData:
+    """NaN and inf replaced by 0, with a note saying how many (the same channels when there are none)."""
+    finite = np.isfinite(channels.data)
+    if finite.all():
+        return channels
+    bad = int(channels.data.size - np.count_nonzero(finite))
+    note = f"{bad} non-finite value{'s' if bad != 1 else ''} (NaN/inf) replaced by 0"
+    data = np.where(finite, channels.data, np.float32(0))
+    return ChannelData(channels.kind, data, "; ".join(n for n in (channels.note, note) if n))
 
 
 @dataclass(frozen=True)
@@ -147,14 +162,55 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def mosaic_layout(
+    count: int, h: int, w: int, cols: int | None = None, pad: int = 1, order: tuple[int, ...] | None = None
+) -> MosaicLayout:
+    """Where ``count`` tiles of h x w go: about square, ``cols`` wide if given."""
+    if count == 0 or h == 0 or w == 0:
+        return MosaicLayout(count, 0, 0, h, w, pad, order)
+    if cols is None:
+        cols = math.ceil(math.sqrt(count))
+    cols = max(1, min(int(cols), count))
+    return MosaicLayout(count, cols, math.ceil(count / cols), h, w, pad, order)
+
+
+def mosaic_size(layout: MosaicLayout) -> tuple[int, int]:
+    """(height, width) of a mosaic in pixels."""
+    if not layout.rows:
+        return 0, 0
+    return layout.rows * (layout.tile_h + layout.pad) - layout.pad, layout.cols * (layout.tile_w + layout.pad) - layout.pad
+
+
+def channel_ranges(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (min, max) of (C, H, W) maps: what per-channel scaling needs, computed once per picture.
+    A NaN in a channel makes its min and max NaN (an inf shows as one of them)."""
+    flat = np.asarray(maps, dtype=np.float32).reshape(maps.shape[0], -1)
+    if not flat.shape[1]:
+        zeros = np.zeros(flat.shape[0], dtype=np.float32)
+        return zeros, zeros.copy()
+    if flat.flags.c_contiguous and flat.flags.writeable:
+        # torch's reductions use every core, numpy's one: on a ResNet-50 run's 40 records, 3.8 ms against 6.5 ms
+        # (see the issue note). torch only reads the array's memory here.
+        values = torch.from_numpy(flat)
+        return values.amin(dim=1).numpy(), values.amax(dim=1).numpy()
+    return flat.min(axis=1), flat.max(axis=1)
+
+
 def mosaic(
     maps: np.ndarray,
     scaling: str = "channel",
     cols: int | None = None,
     pad: int = 1,
     order: np.ndarray | None = None,
+    *,
+    step: int = 1,
+    ranges: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, MosaicLayout]:
-    """All channels of (C,H,W) as one uint8 picture of tiles: one image upload instead of C widgets."""
+    """All channels of (C,H,W) as one uint8 picture of tiles: one image upload instead of C widgets.
+
+    ``step`` > 1 keeps every step-th row and column of each tile (a picture to show scaled down: the scaling still
+    comes from every value); ``ranges`` are the maps' ``channel_ranges`` when the caller already has them.
+    """
     values = np.asarray(maps, dtype=np.float32)
     if values.ndim == 2:
         values = values[np.newaxis]
@@ -164,6 +220,8 @@ def mosaic(
         raise ValueError(f"Unknown scaling '{scaling}'; use 'channel' or 'shared'.")
     if pad < 0:
         raise ValueError("mosaic pad must not be negative.")
+    if step < 1:
+        raise ValueError("mosaic step must be at least 1.")
     index: np.ndarray | None = None
     order_tuple: tuple[int, ...] | None = None
     if order is not None:
@@ -175,40 +233,38 @@ def mosaic(
         order_tuple = tuple(int(i) for i in index)
 
     count = values.shape[0] if index is None else index.size
-    h, w = values.shape[1], values.shape[2]
-    if count == 0 or h == 0 or w == 0:
-        return np.zeros((0, 0), dtype=np.uint8), MosaicLayout(count, 0, 0, h, w, pad, order_tuple)
-    if cols is None:
-        cols = math.ceil(math.sqrt(count))
-    cols = max(1, min(int(cols), count))
-    rows = math.ceil(count / cols)
+    layout = mosaic_layout(count, -(-values.shape[1] // step), -(-values.shape[2] // step), cols, pad, order_tuple)
+    if not layout.rows:
+        return np.zeros((0, 0), dtype=np.uint8), layout
+    rows, cols, h, w = layout.rows, layout.cols, layout.tile_h, layout.tile_w
 
-    lo, scale = _scaling(values, scaling)
+    lo, scale = _scaling(values, scaling, ranges)
     if lo is None:  # NaN or inf somewhere: only then pay for a cleaned copy
         values = _finite(values)
         lo, scale = _scaling(values, scaling)
     assert lo is not None and scale is not None
     if index is not None and scaling == "channel":
         lo, scale = lo[index], scale[index]
+    # Sampling keeps every step-th row now, and every step-th column only when writing the tiles: the arithmetic
+    # then runs over contiguous rows (vectorised), which costs less than touching fewer, scattered values.
+    columns = slice(None, None, step) if step > 1 else slice(None)
+    if step > 1:
+        values = values[:, ::step, :]
+    full_w = values.shape[2]
 
-    picture = np.zeros((rows * (h + pad) - pad, cols * (w + pad) - pad), dtype=np.uint8)
+    picture = np.zeros(mosaic_size(layout), dtype=np.uint8)
     # A (rows, h, cols, w) window onto the tiles' pixels of the final picture: written once, no padding pass.
     row_stride = picture.strides[0]
-    tiles = np.lib.stride_tricks.as_strided(
-        picture,
-        shape=(rows, h, cols, w),
-        strides=((h + pad) * row_stride, row_stride, (w + pad), 1),
-        writeable=True,
-    )
+    tiles = np.ndarray((rows, h, cols, w), np.uint8, picture, 0, ((h + pad) * row_stride, row_stride, w + pad, 1))
     # A few tile rows at a time through one small reused buffer: a fresh full-size float temporary costs
     # more in page faults than the arithmetic. The loop is over tile rows (a few dozen), not channels.
-    step = max(1, _CHUNK_VALUES // (cols * h * w))
-    buffer = np.empty(min(rows, step) * cols * h * w, dtype=np.float32)
+    step_rows = max(1, _CHUNK_VALUES // (cols * h * full_w))
+    buffer = np.empty(min(rows, step_rows) * cols * h * full_w, dtype=np.float32)
     per_channel = lo.shape[0] > 1
-    for first_row in range(0, rows, step):
-        start, stop = first_row * cols, min(count, (first_row + step) * cols)
+    for first_row in range(0, rows, step_rows):
+        start, stop = first_row * cols, min(count, (first_row + step_rows) * cols)
         n = stop - start
-        work = buffer[: n * h * w].reshape(n, h, w)
+        work = buffer[: n * h * full_w].reshape(n, h, full_w)
         source = values[start:stop] if index is None else values[index[start:stop]]
         chunk_lo = lo[start:stop] if per_channel else lo
         chunk_scale = scale[start:stop] if per_channel else scale
@@ -218,29 +274,31 @@ def mosaic(
         np.add(work, np.float32(0.5), out=work)
         full = n // cols
         if full:
-            block = work[: full * cols].reshape(full, cols, h, w)
+            block = work[: full * cols].reshape(full, cols, h, full_w)[..., columns]
             tiles[first_row : first_row + full] = block.transpose(0, 2, 1, 3)
         if n > full * cols:
-            tiles[first_row + full, :, : n - full * cols] = work[full * cols :].transpose(1, 0, 2)
-    return picture, MosaicLayout(count, cols, rows, h, w, pad, order_tuple)
+            tiles[first_row + full, :, : n - full * cols] = work[full * cols :, :, columns].transpose(1, 0, 2)
+    return picture, layout
 
 
 _CHUNK_VALUES = 1 << 16
 
 
-def _scaling(values: np.ndarray, scaling: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _scaling(
+    values: np.ndarray, scaling: str, ranges: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Per-channel (or shared) offset and factor to 0..255; (None, None) when values are not all finite."""
+    low, high = ranges if ranges is not None else channel_ranges(values)
     if scaling == "channel":
-        lo = values.min(axis=(1, 2), keepdims=True)
-        hi = values.max(axis=(1, 2), keepdims=True)
+        lo, hi = low.reshape(-1, 1, 1), high.reshape(-1, 1, 1)
     else:
-        lo = np.full((1, 1, 1), values.min(), dtype=np.float32)
-        hi = np.full((1, 1, 1), values.max(), dtype=np.float32)
+        lo = np.full((1, 1, 1), low.min() if low.size else 0.0, dtype=np.float32)
+        hi = np.full((1, 1, 1), high.max() if high.size else 0.0, dtype=np.float32)
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
         return None, None
     span = hi.astype(np.float64) - lo.astype(np.float64)
     scale = np.divide(255.0, span, out=np.zeros_like(span), where=span > 0).astype(np.float32)
-    return lo, scale
+    return lo.astype(np.float32, copy=False), scale
 
 
 def channel_stats(maps: np.ndarray) -> dict[str, np.ndarray]:

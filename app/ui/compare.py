@@ -19,8 +19,16 @@ import numpy as np
 from app.core.capture import RunResult
 from app.core.compare import as_array, pair_records
 from app.core.export import GRADIENT_KINDS
-from app.core.views import ChannelData, MosaicLayout, as_channels, mosaic
-from app.ui.pictures import Arrangement, PanelPicture, PanelSettings, _as_drawable, arrange, picture_of
+from app.core.views import ChannelData, MosaicLayout, as_channels
+from app.ui.pictures import (
+    Arrangement,
+    PanelPicture,
+    PanelSettings,
+    _as_drawable,
+    arrange,
+    maps_arrangement,
+    picture_of,
+)
 
 VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # the panels' view drop-down
 DIFF_SORT = "diff"
@@ -75,19 +83,18 @@ def arrange_view(
         if order is None:
             return arrange(channels, settings)
         if channels.kind == "maps":
-            image, layout = mosaic(channels.data, scaling=settings.scaling, order=order)
-            return Arrangement(image, layout, order, None)
+            return maps_arrangement(channels.data, settings.scaling, order)
         values = channels.data.reshape(-1)
-        return Arrangement(None, None, order, values[order])
+        return Arrangement(None, order, values[order])
     if channels.kind == "maps":
         if order is None and settings.sort in ("mean", "max"):
             order = arrange(channels, settings).order
         image, layout = signed_mosaic(channels.data, settings.scaling, order)
-        return Arrangement(image, layout, order, None)
+        return Arrangement.of_image(image, layout, order)
     if order is None and settings.sort in ("mean", "max"):
         order = arrange(channels, settings).order
     values = channels.data.reshape(-1)
-    return Arrangement(None, None, order, values[order] if order is not None else values)
+    return Arrangement(None, order, values[order] if order is not None else values)
 
 
 @dataclass(frozen=True, eq=False)

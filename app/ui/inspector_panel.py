@@ -50,6 +50,7 @@ class HookInspector(QWidget):
         super().__init__(parent)
         self._window = window
         self.infos: list[HookInfo] = []
+        self._shown: tuple[int, int, list[HookInfo]] | None = None  # what the table holds: registry, count, hooks
 
         self.count_label = QLabel("0 live hooks")
         self.count_label.setObjectName("panelTitle")
@@ -128,10 +129,15 @@ class HookInspector(QWidget):
 
     def refresh(self) -> None:
         registry = self._window.registry
+        infos = registry.live_hooks() if registry is not None else []
+        count = self.count
+        shown = (id(registry), count, infos)
+        if shown == self._shown:
+            return  # after most runs nothing changed: rebuilding 40 rows would cost the GUI thread milliseconds
+        self._shown = shown
         selected = self.selected()
         keep = hook_identity(selected) if selected is not None else None
-        self.infos = registry.live_hooks() if registry is not None else []
-        count = self.count
+        self.infos = infos
         self.count_label.setText(f"{count} live hook{'' if count == 1 else 's'}")
         self.remove_all_button.setEnabled(count > 0)
         self.table.blockSignals(True)

@@ -22,6 +22,7 @@ from app.core.images import read_image
 from app.core.models import LoadedModel, load_model
 from app.core.tree import ModuleInfo, module_tree
 from app.ui.compare import Comparison, compare_runs
+from app.ui.mosaic_item import with_rendering
 from app.ui.pictures import PanelPicture, PanelSettings, prepare_pictures
 
 # What the app ticks on a first start, so the first screen already shows feature maps and gradients.
@@ -115,6 +116,7 @@ class RunRequest:
     others: tuple[ImageSource, ...] = ()  # the other images the enabled mix edits blend in (read in the worker)
     baseline: bool = False  # edits on: also run without them, for the change of each prediction
     image_b: ImageSource | None = None  # image B: run right after A through the same hooks, to compare
+    fit: tuple[int, int] | None = None  # the panels' view size in device pixels: mosaics are coloured at that size
 
     @classmethod
     def freeze(
@@ -129,6 +131,7 @@ class RunRequest:
         default_settings: PanelSettings,
         *,
         image_b: ImageSource | None = None,
+        fit: tuple[int, int] | None = None,
     ) -> RunRequest:
         """Copy the mutable parts, so later GUI changes cannot leak into a run in flight."""
         frozen = MappingProxyType(dict(settings))
@@ -136,7 +139,7 @@ class RunRequest:
         mixes = dict.fromkeys(e.other_image for e in edits if e.kind == "mix" and e.other_image)
         others = tuple(ImageSource.from_path(path) for path in mixes)
         return cls(generation, loaded, registry, image, device, target, frozen, default_settings, others,
-                   bool(edits), image_b)
+                   bool(edits), image_b, fit)
 
     def settings_for(self, path: str, kind: str) -> PanelSettings:
         return self.settings.get((path, kind), self.default_settings)
@@ -207,6 +210,7 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     comparison = None
     if result_b is not None:
         pictures, comparison = compare_runs(result, result_b, pictures, preprocess.to_display(result_b.input))
+    pictures = [with_rendering(picture, request.fit) for picture in pictures]  # coloured here, so the GUI thread only paints
     saliency = None
     if result.input_grad is not None and result.input_grad.ndim == 4:
         saliency = np.ascontiguousarray(result.input_grad[0].abs().amax(dim=0).float().numpy())

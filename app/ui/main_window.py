@@ -646,7 +646,7 @@ class MainWindow(QMainWindow):
         latest = self._latest
         request = RunRequest.freeze(generation, self._loaded, self._registry, self._wanted_image, self._device,
                                     self._target, self._panel_settings, self._default_settings,
-                                    image_b=self.compare.image_b)
+                                    image_b=self.compare.image_b, fit=self.panel_area.view_size())
         self._runner.submit(Job(generation, partial(execute_run, request, lambda: latest.value != generation),
                                 stale=lambda: latest.value != generation))
         self._update_busy()

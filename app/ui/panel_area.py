@@ -85,6 +85,15 @@ class PanelArea(QScrollArea):
         if made:
             self._relayout()
 
+    def view_size(self) -> tuple[int, int] | None:
+        """The largest mosaic view among the panels in the grid, in device pixels (what a run colours mosaics
+        at); None before the panels are laid out, and then mosaics are coloured whole."""
+        sizes = [panel.view_size() for ident, panel in self.panels.items() if ident not in self.docks]
+        sizes = [size for size in sizes if size is not None]
+        if not sizes:
+            return None
+        return max(w for w, _ in sizes), max(h for _, h in sizes)
+
     def remove_pair(self, path: str, kind: str) -> None:
         doomed = [ident for ident, panel in self.panels.items() if panel.path == path and panel.kind == kind]
         for ident in doomed:

@@ -1,7 +1,7 @@
 """One panel per hooked record: every channel as one mosaic image, or a bar plot for 1-D outputs.
 
-All channels go into a single pyqtgraph ``ImageItem`` (uint8, a 256-entry lookup table, levels fixed at 0..255):
-one upload per run whatever the channel count, so 2048 channels draw as fast as 64. The tile under the mouse is
+All channels go into a single image (the uint8 mosaic through its colormap, coloured off the GUI thread: see
+``mosaic_item``), painted by one graphics item whatever the channel count, so 2048 channels draw as fast as 64. The tile under the mouse is
 found by arithmetic on ``mapSceneToView`` through the mosaic's layout, not by one item per channel.
 """
 
@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from app.core.resources import COLORMAPS, colormap_lut
-from app.ui.compare import VIEWS, diverging_lut
+from app.ui.compare import VIEWS
+from app.ui.mosaic_item import MosaicItem, rendered_for
 from app.ui.panel_exports import export_button
 from app.ui.pictures import KIND_LABELS, PanelPicture, PanelSettings, shape_text
 from app.ui.theme import KIND_COLORS
@@ -108,6 +109,7 @@ class FeatureMapPanel(QFrame):
         self._plot: pg.PlotWidget | None = None
         self._bars: pg.BarGraphItem | None = None
         self._image_shape: tuple[int, ...] | None = None
+        self._texts: tuple[str, ...] = ()  # the footer's texts as last set (``_show_labels``)
         self._idle_text = " "  # the footer when the mouse is not over a tile
         self.setObjectName("recordPanel")
         self.setMinimumSize(300, 300)
@@ -152,7 +154,6 @@ class FeatureMapPanel(QFrame):
         self.view_box = ChoiceButton(VIEWS, "A", "Image B is set: show this record on A, on B, or the difference A − B")
         self.view_box.setVisible(False)
         self.view_box.chosen.connect(self._on_view_chosen)
-        self._lut_key = settings.colormap
         controls = QHBoxLayout()
         controls.setContentsMargins(0, 0, 0, 0)
         controls.addWidget(self.view_box)
@@ -170,9 +171,8 @@ class FeatureMapPanel(QFrame):
         self._view = pg.GraphicsLayoutWidget()
         self._view.ci.setContentsMargins(2, 2, 2, 2)
         self._viewbox = self._view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
-        self._image = pg.ImageItem()
-        self._image.setLookupTable(colormap_lut(settings.colormap))
-        self._viewbox.addItem(self._image)
+        self._mosaic = MosaicItem()
+        self._viewbox.addItem(self._mosaic)
         self._view.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self._view.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self._view.setToolTip("Hover a tile for its channel and value; click it to open the channel view. "
@@ -209,12 +209,23 @@ class FeatureMapPanel(QFrame):
     def kind_label(self) -> str:
         return KIND_LABELS.get(self.kind, self.kind)
 
+    def view_size(self) -> tuple[int, int] | None:
+        """The mosaic view's size in device pixels (what a run colours mosaics at); None until laid out."""
+        # The stack's size, not the view's: until the first picture the view is a hidden page of the stack and
+        # keeps a default size of its own.
+        area = self._stack
+        if not self.isVisible() or min(area.width(), area.height()) < 50:  # not laid out yet
+            return None
+        ratio = area.devicePixelRatioF()
+        return round(area.width() * ratio), round(area.height() * ratio)
+
     def show_message(self, text: str) -> None:
         """No picture for this record (yet): waiting for a run, or the module did not run."""
         self.picture = None
         self._message.setText(text)
         self._stack.setCurrentIndex(MESSAGE)
         self._info.setText("")
+        self._texts = ()
         self._idle_text = " "
         self._footer.setText(" ")
         self._set_note("")
@@ -247,45 +258,60 @@ class FeatureMapPanel(QFrame):
             picture = self.views[view] = picture.with_settings(self.settings)
         self._draw(picture)
 
-    def _set_lut(self, key: str) -> None:
-        if key != self._lut_key:
-            self._lut_key = key
-            self._image.setLookupTable(diverging_lut() if key == "diff" else colormap_lut(key))
-
     def _draw(self, picture: PanelPicture) -> None:
         self.picture = picture
-        self._set_lut("diff" if getattr(picture, "view", "A") == "diff" else picture.settings.colormap)
         self.settings = picture.settings
-        count = picture.channel_count
-        noun = {"maps": "maps", "vector": "values", "scalar": "value"}[picture.channels.kind]
-        grad = "A − B · " if getattr(picture, "view", "A") == "diff" else "|grad| · " if picture.is_gradient else ""
-        self._info.setText(f"{grad}{shape_text(picture.shape)} · {count} {noun}")
-        self._idle_text = "hover or click a tile" if picture.channels.kind == "maps" else " "
-        self._footer.setText(self._idle_text)
-        self._set_note(picture.channels.note)
-        self._info.setToolTip(f"Hook: {picture.method}" + (f"\n{picture.channels.note}" if picture.channels.note else ""))
         kind = picture.channels.kind
-        self.scaling_box.setEnabled(kind == "maps")
-        self.sort_box.setEnabled(kind != "scalar")
+        self._show_labels(picture)
         if picture.flat and kind != "scalar":
             self._message.setText(self._flat_text(picture))
-            self._stack.setCurrentIndex(MESSAGE)
+            self._show_page(MESSAGE)
             self._footer.setText(" ")
-        elif kind == "maps" and picture.arrangement.image is not None and picture.arrangement.image.size:
-            image = picture.arrangement.image
-            self._image.setImage(image, autoLevels=False, levels=(0, 255))
-            if image.shape != self._image_shape:
-                self._image_shape = image.shape
+        elif kind == "maps" and all(picture.arrangement.size):
+            self._mosaic.show_rendered(rendered_for(picture))
+            if picture.arrangement.size != self._image_shape:
+                self._image_shape = picture.arrangement.size
                 self._viewbox.autoRange(padding=0.01)
-            self._stack.setCurrentIndex(MAPS)
+            self._show_page(MAPS)
         elif kind == "vector":
             self._show_bars(picture)
         elif kind == "scalar":
             self._message.setText(f"{float(picture.channels.data.reshape(-1)[0]):.6g}")
-            self._stack.setCurrentIndex(MESSAGE)
+            self._show_page(MESSAGE)
         else:
             self._message.setText("Empty output: nothing to draw.")
-            self._stack.setCurrentIndex(MESSAGE)
+            self._show_page(MESSAGE)
+
+    def _show_labels(self, picture: PanelPicture) -> None:
+        """The footer's texts; set only when they change (after most runs they do not, and setting a label
+        re-elides and re-lays it out: with 40 panels that is milliseconds of the GUI thread per run)."""
+        kind = picture.channels.kind
+        noun = {"maps": "maps", "vector": "values", "scalar": "value"}[kind]
+        grad = "A − B · " if getattr(picture, "view", "A") == "diff" else "|grad| · " if picture.is_gradient else ""
+        note = picture.channels.note
+        texts = (
+            f"{grad}{shape_text(picture.shape)} · {picture.channel_count} {noun}",
+            f"Hook: {picture.method}" + (f"\n{note}" if note else ""),
+            "hover or click a tile" if kind == "maps" else " ",
+            note,
+            kind,
+        )
+        if self._footer.text() != texts[2]:
+            self._footer.setText(texts[2])  # a hover text from before the run goes
+        if texts == self._texts:
+            return
+        self._texts = texts
+        info, tip, self._idle_text, note, kind = texts
+        self._info.setText(info)
+        self._info.setToolTip(tip)
+        self._footer.setText(self._idle_text)
+        self._set_note(note)
+        self.scaling_box.setEnabled(kind == "maps")
+        self.sort_box.setEnabled(kind != "scalar")
+
+    def _show_page(self, page: int) -> None:
+        if self._stack.currentIndex() != page:
+            self._stack.setCurrentIndex(page)
 
     def _set_note(self, note: str) -> None:
         self._note.setText(note)
@@ -352,8 +378,6 @@ class FeatureMapPanel(QFrame):
             self._draw_view()
         elif self.picture is not None:
             self._draw(self.picture.with_settings(settings))
-        else:
-            self._set_lut(settings.colormap)
 
     # ---- mouse ----------------------------------------------------------------------------------------------
     def channel_at(self, scene_pos: QPointF) -> tuple[int, float] | None:

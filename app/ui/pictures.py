@@ -15,7 +15,16 @@ import numpy as np
 from app.core.export import GRADIENT_KINDS, record_picture
 from app.core.hooks import Record
 from app.core.resources import COLORMAPS
-from app.core.views import ChannelData, MosaicLayout, mosaic, sort_order
+from app.core.views import (
+    ChannelData,
+    MosaicLayout,
+    channel_ranges,
+    mosaic,
+    mosaic_layout,
+    mosaic_size,
+    sort_order,
+    without_non_finite,
+)
 
 SCALINGS: dict[str, str] = {"channel": "per-channel scaling", "shared": "shared scaling"}
 SORTS: tuple[str, ...] = ("none", "mean", "max", "diff")  # "diff": by |A - B| with image B (else channel order)
@@ -45,14 +54,40 @@ class PanelSettings:
             raise ValueError(f"Unknown sort '{self.sort}'.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: it holds arrays
 class Arrangement:
-    """The drawable form of a picture under one setting: a mosaic for maps, ordered values for vectors."""
+    """The drawable form of a picture under one setting: a mosaic for maps, ordered values for vectors.
 
-    image: np.ndarray | None  # uint8 (H, W) mosaic for maps
-    layout: MosaicLayout | None
+    The mosaic itself is drawn when asked for: the worker draws a sampled one at the size the panel shows it
+    (``sampled``), and the full one (``image``) is made only for a zoom past that, an export or a test.
+    """
+
+    layout: MosaicLayout | None  # where each channel's tile is in the full mosaic (maps)
     order: np.ndarray | None  # channel order shown (None: natural order)
     values: np.ndarray | None  # vector values in display order
+    draw: Callable[[int], np.ndarray] | None = None  # maps: the uint8 mosaic keeping every step-th pixel of a tile
+    ranges: tuple[np.ndarray, np.ndarray] | None = None  # maps: per-channel (min, max)
+
+    @classmethod
+    def of_image(cls, image: np.ndarray, layout: MosaicLayout, order: np.ndarray | None) -> Arrangement:
+        """A mosaic already drawn (the signed A − B views): every ``sampled`` step gives it whole."""
+        return cls(layout, order, None, lambda _step: image)
+
+    @cached_property
+    def image(self) -> np.ndarray | None:
+        """The full uint8 (H, W) mosaic for maps, None for vectors."""
+        return self.draw(1) if self.draw is not None else None
+
+    def sampled(self, step: int) -> np.ndarray | None:
+        """The mosaic with every ``step``-th row and column of each tile (the full one for step 1)."""
+        if self.draw is None:
+            return None
+        return self.image if step <= 1 else self.draw(step)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) of the full mosaic; (0, 0) for vectors and empty maps."""
+        return mosaic_size(self.layout) if self.layout is not None else (0, 0)
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: it holds arrays
@@ -70,6 +105,9 @@ class PanelPicture:
     flat: bool  # every value the same (often all-zero gradients): a picture would show nothing
     settings: PanelSettings
     arrangement: Arrangement
+    # The mosaic through its colormap, ready to paint: a ``mosaic_item.RenderedMosaic`` the worker makes (Qt's
+    # image type, so it is opaque here); the panel checks it still fits the arrangement and colormap it draws.
+    rendered: object | None = None
 
     @property
     def is_gradient(self) -> bool:
@@ -129,35 +167,69 @@ def channel_means(channels: ChannelData) -> np.ndarray:
     return flat.mean(axis=1, dtype=np.float32) if flat.shape[1] else np.zeros(flat.shape[0], dtype=np.float32)
 
 
-def arrange(channels: ChannelData, settings: PanelSettings) -> Arrangement:
-    """Order channels as ``settings.sort`` asks and build the mosaic (maps) or ordered values (vectors)."""
+def arrange(
+    channels: ChannelData, settings: PanelSettings, ranges: tuple[np.ndarray, np.ndarray] | None = None
+) -> Arrangement:
+    """Order channels as ``settings.sort`` asks; maps get their tile layout and scaling ranges (the mosaic is drawn
+    later, at the size it is shown), vectors their values in that order. ``ranges``: the maps' ranges if known."""
     order = None
     if settings.sort == "mean":
         order = sort_order(channel_means(channels))
     elif settings.sort == "max":
         order = sort_order(channel_maxima(channels))
     if channels.kind == "maps":
-        image, layout = mosaic(channels.data, scaling=settings.scaling, order=order)
-        return Arrangement(image, layout, order, None)
+        return maps_arrangement(channels.data, settings.scaling, order, ranges)
     values = channels.data.reshape(-1)
-    return Arrangement(None, None, order, values[order] if order is not None else values)
+    return Arrangement(None, order, values[order] if order is not None else values)
+
+
+def maps_arrangement(
+    data: np.ndarray,
+    scaling: str,
+    order: np.ndarray | None,
+    ranges: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Arrangement:
+    """(C, H, W) maps as a mosaic in ``order``: the per-channel ranges now (one pass over the values), the
+    pixels when drawn."""
+    if ranges is None:
+        ranges = channel_ranges(data)
+    shown = tuple(int(i) for i in order) if order is not None else None
+    count = len(shown) if shown is not None else data.shape[0]
+    layout = mosaic_layout(count, data.shape[1], data.shape[2], order=shown)
+
+    def draw(step: int) -> np.ndarray:
+        return mosaic(data, scaling=scaling, order=order, step=step, ranges=ranges)[0]
+
+    return Arrangement(layout, order, None, draw, ranges)
 
 
 def _is_flat(channels: ChannelData, arrangement: Arrangement) -> bool:
-    """Mostly from the mosaic: a non-constant channel puts a 255 in it, so only an all-zero mosaic needs the
-    per-channel maxima (all constant channels: flat when they are the same constant)."""
+    """Every value the same (an all-zero gradient, say): from the maps' ranges, or the vector's values."""
     if not channels.data.size:
         return False
-    if channels.kind == "maps" and arrangement.image is not None and arrangement.image.any():
-        return False
+    if arrangement.ranges is not None:
+        low, high = arrangement.ranges
+        return float(low.min()) == float(high.max())
     maxima = channel_maxima(channels)
     return float(maxima.min()) == float(maxima.max())
 
 
+def _finite_channels(channels: ChannelData) -> tuple[ChannelData, tuple[np.ndarray, np.ndarray] | None]:
+    """NaN and inf replaced (``views.without_non_finite``), found for maps from their per-channel ranges, which
+    the mosaic needs anyway (a NaN or inf shows in them): one pass over the values fewer than checking first."""
+    if channels.kind != "maps":
+        return without_non_finite(channels), None
+    ranges = channel_ranges(channels.data)
+    if np.isfinite(ranges[0]).all() and np.isfinite(ranges[1]).all():
+        return channels, ranges
+    channels = without_non_finite(channels)
+    return channels, channel_ranges(channels.data)
+
+
 def picture_of(record: Record, settings: PanelSettings) -> PanelPicture:
     """One record as its panel will draw it."""
-    channels = _as_drawable(record_picture(record))
-    arrangement = arrange(channels, settings)
+    channels, ranges = _finite_channels(_as_drawable(record_picture(record, check_finite=False)))
+    arrangement = arrange(channels, settings, ranges)
     return PanelPicture(
         path=record.path,
         kind=record.kind,

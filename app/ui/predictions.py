@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import (
@@ -67,8 +69,13 @@ class PredictionRow(QFrame):
             return
         self.label.setText(prediction.label)
         self.label.setToolTip(f"class {prediction.index}: {prediction.label}\nClick: use as the gradient target")
-        self.bar.setValue(int(round(prediction.probability * 1000)))
-        self.percent.setText(f"{prediction.probability:.1%}")
+        probability = prediction.probability
+        if math.isfinite(probability):
+            self.bar.setValue(int(round(probability * 1000)))
+            self.percent.setText(f"{probability:.1%}")
+        else:  # the model gave NaN or inf scores (an edit that scales by inf, say): say so, do not fail
+            self.bar.setValue(0)
+            self.percent.setText("NaN" if math.isnan(probability) else "inf")
         self.setProperty("target", is_target)
         self.style().unpolish(self)
         self.style().polish(self)

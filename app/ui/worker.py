@@ -8,11 +8,30 @@ in a single slot; a newer submission replaces it, so a burst of ticks ends in on
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import QObject, QThreadPool, Signal
 from superqt.utils import FunctionWorker, create_worker
+
+_collector: GarbageCollector | None = None
+
+
+def collect_garbage_on_gui_thread() -> None:
+    """Python's cyclic garbage collector runs in whichever thread happens to allocate. A collection in a worker
+    (building a model allocates a lot) can destroy a closed window's widgets there, while the GUI thread paints:
+    seen here as a segfault in the event loop with the worker inside a model's constructor. pyqtgraph's recipe:
+    automatic collection off, the same thresholds checked on a GUI-thread timer. Installed once per process.
+
+    Everything alive at that point (torch, Qt and the rest of the imports: some 400,000 objects) is frozen out of
+    later collections first: a full collection over them takes 0.4 s here, a stall the GUI thread cannot afford;
+    without them it takes about a millisecond."""
+    global _collector
+    if _collector is None:
+        gc.freeze()
+        _collector = GarbageCollector(interval=0.5)
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,7 @@ class JobRunner(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        collect_garbage_on_gui_thread()
         self._running: tuple[Job, FunctionWorker] | None = None
         self._waiting: Job | None = None
         self._closed = False

@@ -284,3 +284,24 @@ def test_cli_refuses_a_session_whose_weights_file_is_missing_in_one_line(tmp_pat
     assert capsys.readouterr().err == (
         f"hookscope: error: Weights file '{weights}' was not found (it may have moved); the session cannot run without it.\n"
     )
+
+
+def test_a_mix_edit_restores_with_its_other_image_ready_to_blend(tmp_path, images):
+    from app.core.capture import capture_run
+    from app.core.session import apply_session_edits, edit_specs
+
+    loaded = load_model("resnet18")
+    spec = f"mix:layer1:0.5:{images[1]}"
+    save_session(session_from(loaded, HOOKS[:1], images[:1], edits=[spec]), tmp_path / "s.json")
+    reopened, _ = load_session(tmp_path / "s.json")
+    x = loaded.preprocess.to_tensor(read_image(images[0]))
+    with HookRegistry(loaded.module) as registry:
+        registry.add("layer1", "forward")
+        plain = capture_run(loaded.module, registry, x).records[0].tensor
+        problems, others = apply_session_edits(registry, reopened, loaded.preprocess)
+        assert problems == [] and edit_specs(registry) == [spec]
+        assert set(others) == {str(images[1])}
+        expected = loaded.preprocess.to_tensor(read_image(images[1]))
+        assert torch.equal(others[str(images[1])], expected)
+        blended = capture_run(loaded.module, registry, x, others=others).records[0].tensor
+    assert not torch.equal(plain, blended)

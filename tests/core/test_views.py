@@ -9,9 +9,12 @@ from app.core.views import (
     ChannelData,
     MosaicLayout,
     as_channels,
+    channel_ranges,
     channel_stats,
     grad_magnitude,
     mosaic,
+    mosaic_layout,
+    mosaic_size,
     sort_order,
     to_uint8,
     token_grid,
@@ -286,3 +289,45 @@ def test_mosaic_matches_reference_loop_with_order(shape: tuple[int, int, int], p
     expected = _reference_mosaic(maps[order], layout.cols, pad)
     assert picture.shape == expected.shape
     assert np.abs(picture.astype(int) - expected).max() <= 1
+
+
+def test_mosaic_shared_scaling_spans_the_values_not_zero() -> None:
+    maps = np.stack([np.full((2, 2), v) for v in (1.0, 2.0, 3.0)]).astype(np.float32)
+    picture, layout = mosaic(maps, scaling="shared")
+    assert [int(picture[y, x]) for x, y in (layout.tile_origin(c) for c in range(3))] == [0, 128, 255]
+
+
+@pytest.mark.parametrize("step", [2, 3])
+def test_mosaic_step_keeps_every_step_th_pixel_scaled_by_all_values(step: int) -> None:
+    maps = _random(10, 17, 13)
+    maps[4, 1, 1] = 50.0  # a channel's maximum on a pixel the sampling drops: it still sets the channel's scale
+    order = RNG.permutation(10)
+    sampled, layout = mosaic(maps, order=order, step=step)
+    assert (layout.tile_h, layout.tile_w) == (-(-17 // step), -(-13 // step))
+    assert layout.order == tuple(int(i) for i in order)
+    low, high = channel_ranges(maps)
+    for channel in order:
+        x, y = layout.tile_origin(int(channel))
+        tile = sampled[y : y + layout.tile_h, x : x + layout.tile_w].astype(int)
+        expected = np.floor((maps[channel, ::step, ::step] - low[channel]) / (high[channel] - low[channel]) * 255 + 0.5)
+        assert np.abs(tile - expected).max() <= 1
+    assert mosaic(maps, order=order, step=step, ranges=(low, high))[0].tolist() == sampled.tolist()
+    assert mosaic(maps, step=1)[0].tolist() == mosaic(maps)[0].tolist()
+    with pytest.raises(ValueError):
+        mosaic(maps, step=0)
+
+
+def test_mosaic_layout_and_size_match_the_drawn_mosaic() -> None:
+    maps = _random(11, 5, 7)
+    picture, layout = mosaic(maps, pad=2)
+    assert mosaic_layout(11, 5, 7, pad=2) == layout
+    assert mosaic_size(layout) == picture.shape
+
+
+def test_channel_ranges_show_nan_and_inf() -> None:
+    maps = _random(3, 4, 4)
+    maps[1, 0, 0], maps[2, 3, 3] = np.nan, np.inf
+    low, high = channel_ranges(maps)
+    assert np.isfinite(low[0]) and np.isfinite(high[0])
+    assert np.isnan(low[1]) and np.isnan(high[1]) and high[2] == np.inf
+    assert low[0] == maps[0].min() and high[0] == maps[0].max()

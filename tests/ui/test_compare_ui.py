@@ -15,8 +15,8 @@ from app.core.compare import rank_channels_by_difference
 from app.core.hooks import HookRegistry
 from app.core.images import read_image
 from app.core.models import load_model
-from app.ui.compare import diverging_lut
 from app.ui.main_window import MainWindow
+from app.ui.mosaic_item import DIFF_LUT
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -57,7 +57,7 @@ def test_image_b_gives_every_panel_a_b_and_the_difference(window: MainWindow, qt
         panel.choose_view("diff")
         # the difference of the records as captured: signed, for gradients too
         np.testing.assert_array_equal(panel.picture.channels.data, a.tensor[0].numpy() - b.tensor[0].numpy())
-        np.testing.assert_array_equal(panel._image.lut, diverging_lut())
+        assert panel._mosaic.rendered.lut == DIFF_LUT  # drawn through the diverging table
         mosaic = panel.picture.arrangement.image
         assert mosaic.dtype == np.uint8 and mosaic.any()
         panel.choose(sort="diff")  # channels ranked by how much A and B differ

@@ -18,6 +18,7 @@ from app.core.resources import sample_image
 from app.ui import main_window
 from app.ui.jobs import execute_run
 from app.ui.main_window import MainWindow
+from app.ui.mosaic_item import fitted_size
 from app.ui.tree_model import ACTIVATIONS, GRADIENTS, INPUTS
 
 RUN_TIMEOUT_MS = 120_000
@@ -116,6 +117,16 @@ def test_dropping_files_loads_the_first_and_fills_the_panels(window: MainWindow,
     np.testing.assert_array_equal(window.last_outcome.input_display, expected_input)
     np.testing.assert_array_equal(window.input_panel.image_item.image, expected_input)
     assert_panels_match(window, direct_records(window, photos[0], DEFAULT_PAIRS))
+    # the worker coloured each mosaic for the panels' size; the GUI thread painted that, coloured nothing itself
+    fit = window.panel_area.view_size()
+    assert fit is not None
+    for panel in window.panel_area.panels.values():
+        rendered = panel.picture.rendered
+        assert panel._mosaic.rendered is rendered and rendered.arrangement is panel.picture.arrangement
+        height, width = panel.picture.arrangement.size
+        shown = fitted_size(width, height, fit)
+        assert shown[0] <= rendered.qimage.width() <= width  # never coarser than the screen, never larger
+        assert rendered.is_full == (rendered.qimage.width() == width)
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.step_image(1)

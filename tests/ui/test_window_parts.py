@@ -158,8 +158,9 @@ def test_panel_hover_finds_every_tile_by_arithmetic(qtbot, channels: int, side: 
         hit = panel.channel_at(scene)
         assert hit is not None and hit[0] == channel
         assert hit[1] == pytest.approx(float(values[0, channel, 0, 0]))
-    assert panel._image.image.shape == picture.arrangement.image.shape
-    assert panel._image.image.dtype == np.uint8
+    painted = panel._mosaic.rendered
+    assert painted.arrangement is picture.arrangement and painted.lut == "viridis"
+    assert picture.arrangement.image.dtype == np.uint8
 
 
 def test_panel_settings_redraw_without_a_run(qtbot) -> None:
@@ -175,7 +176,10 @@ def test_panel_settings_redraw_without_a_run(qtbot) -> None:
     assert panel.picture.arrangement.layout.tile_at(0, 0) == 7
     panel.colormap_box.set_value("gray", notify=True)  # as its menu does
     assert changed[-1].colormap == "gray"
-    np.testing.assert_array_equal(panel._image.lut, np.stack([np.arange(256)] * 3, axis=1))
+    painted = panel._mosaic.rendered.qimage  # the grey table: a mosaic value v paints as (v, v, v)
+    mosaic = panel.picture.arrangement.image
+    assert painted.size().toTuple() == mosaic.shape[::-1]
+    assert painted.pixelColor(0, 0).getRgb()[:3] == (int(mosaic[0, 0]),) * 3
 
 
 def test_panel_drop_down_menus_change_the_settings(qtbot) -> None:
@@ -194,3 +198,19 @@ def test_panel_drop_down_menus_change_the_settings(qtbot) -> None:
     assert changed.args[2].scaling == "shared" and panel.picture.settings.scaling == "shared"
     assert panel.scaling_box.text().startswith("shared")
     assert "|grad|" in panel.sort_box._items["mean"]
+
+
+def test_predictions_of_nan_scores_show_nan_instead_of_failing(qtbot) -> None:
+    from app.core.capture import top_predictions
+    from app.ui.predictions import PredictionsPanel
+
+    panel = PredictionsPanel()
+    qtbot.addWidget(panel)
+    top5 = top_predictions(torch.full((1, 10), float("nan")), None)
+    assert len(top5) == 5 and all(p.probability != p.probability for p in top5)  # NaN
+    panel.show_predictions(top5, top5[0].index, "top-1", 10)
+    assert [row.percent.text() for row in panel.rows] == ["NaN"] * 5
+    assert all(row.bar.value() == 0 for row in panel.rows)
+    top5 = top_predictions(torch.tensor([[0.0, 10.0, 1.0, 2.0, 3.0, 4.0]]), None)
+    panel.show_predictions(top5, None, "top-1", 6)
+    assert panel.rows[0].percent.text().endswith("%") and panel.rows[0].bar.value() > 900
