@@ -79,12 +79,11 @@ def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | Non
     spans, rounded down), so the work follows the pixels on screen, not the size of the layer."""
     height, width = arrangement.size
     shown = fitted_size(width, height, fit)
-    if shown == (width, height):
-        return RenderedMosaic(arrangement, lut, colour(arrangement.image, lut), True)
     step = max(1, min(width // shown[0], height // shown[1]))
     # Not scaled to ``shown`` here: the sampled mosaic is at most about twice that size, and painting an RGB32
     # image scaled down costs less than scaling it first (measured: 0.07 ms against 0.15 ms a panel).
-    return RenderedMosaic(arrangement, lut, colour(arrangement.sampled(step), lut), step == 1)
+    qimage = colour(arrangement.sampled(step), lut)
+    return RenderedMosaic(arrangement, lut, qimage, (qimage.height(), qimage.width()) == (height, width))
 
 
 class MosaicItem(pg.GraphicsObject):

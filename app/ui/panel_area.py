@@ -6,9 +6,10 @@ panels flow into as many columns as fit.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QResizeEvent
 from PySide6.QtWidgets import QDockWidget, QGridLayout, QLabel, QMainWindow, QScrollArea, QVBoxLayout, QWidget
 
@@ -17,6 +18,7 @@ from app.ui.panels import FeatureMapPanel
 from app.ui.pictures import KIND_ORDER, PanelPicture, PanelSettings
 
 MIN_PANEL_WIDTH = 380
+PANELS_PER_TURN = 2  # panels built per turn of the event loop after a tick
 EMPTY_HINT = (
     "Tick a module in the tree (Act = activations, In = inputs, Grad = gradients)\n"
     "to see what it computes. Drop image files anywhere on the window."
@@ -66,6 +68,12 @@ class PanelArea(QScrollArea):
         outer.addStretch(1)  # spare height goes below the rows, not into the panels
         self.setWidget(container)
         self._columns = 0
+        # Ticked pairs whose panels are still to be built (``ensure_pairs``), in the order they were ticked.
+        self._pending: OrderedDict[tuple[str, str], Callable[[str, str], PanelSettings]] = OrderedDict()
+        self._pending_timer = QTimer(self)
+        self._pending_timer.setSingleShot(True)
+        self._pending_timer.setInterval(0)
+        self._pending_timer.timeout.connect(self._make_pending)
 
     # ---- which panels exist ---------------------------------------------------------------------------------
     def pairs(self) -> set[tuple[str, str]]:
@@ -75,15 +83,26 @@ class PanelArea(QScrollArea):
         return [p for p in self.panels.values() if p.path == path and p.kind == kind]
 
     def ensure_pairs(self, pairs: Iterable[tuple[str, str]], settings_for: Callable[[str, str], PanelSettings]) -> None:
-        """Ticked pairs get a panel at once (filled when the run comes back)."""
-        made = False
-        for path, kind in pairs:
+        """Ticked pairs get a panel saying "Waiting for the run…" (filled when the run comes back), a few per turn
+        of the event loop: a panel takes about 6 ms to build, and ticking every Conv2d of a network at once must
+        not freeze the window for a quarter of a second."""
+        for pair in pairs:
+            if pair not in self._pending and not self.panels_of(*pair):
+                self._pending[pair] = settings_for
+        self._make_pending()
+
+    def _make_pending(self) -> None:
+        made = 0
+        while self._pending and made < PANELS_PER_TURN:
+            (path, kind), settings_for = self._pending.popitem(last=False)
             if not self.panels_of(path, kind):
                 panel = self._make(path, kind, record_key(path), settings_for(path, kind), (self._order_of(path), 0, ""))
                 panel.show_message("Waiting for the run…")
-                made = True
+                made += 1
         if made:
             self._relayout()
+        if self._pending:
+            self._pending_timer.start()
 
     def view_size(self) -> tuple[int, int] | None:
         """The largest mosaic view among the panels in the grid, in device pixels (what a run colours mosaics
@@ -95,6 +114,7 @@ class PanelArea(QScrollArea):
         return max(w for w, _ in sizes), max(h for _, h in sizes)
 
     def remove_pair(self, path: str, kind: str) -> None:
+        self._pending.pop((path, kind), None)
         doomed = [ident for ident, panel in self.panels.items() if panel.path == path and panel.kind == kind]
         for ident in doomed:
             self._drop(ident)
@@ -102,6 +122,7 @@ class PanelArea(QScrollArea):
             self._relayout()
 
     def clear(self) -> None:
+        self._pending.clear()
         for ident in list(self.panels):
             self._drop(ident)
         self._relayout()
@@ -115,6 +136,7 @@ class PanelArea(QScrollArea):
         settings_for: Callable[[str, str], PanelSettings],
     ) -> None:
         """Fill every ticked pair's panels from one run; pairs without a record say why."""
+        self._pending.clear()  # every ticked pair gets its panel here
         seen: set[tuple[str, str]] = set()
         covered: set[tuple[str, str]] = set()
         changed = False

@@ -1,8 +1,9 @@
 """One panel per hooked record: every channel as one mosaic image, or a bar plot for 1-D outputs.
 
 All channels go into a single image (the uint8 mosaic through its colormap, coloured off the GUI thread: see
-``mosaic_item``), painted by one graphics item whatever the channel count, so 2048 channels draw as fast as 64. The tile under the mouse is
-found by arithmetic on ``mapSceneToView`` through the mosaic's layout, not by one item per channel.
+``mosaic_item``), painted by one graphics item whatever the channel count, so 2048 channels draw as fast as 64.
+The tile under the mouse is found by arithmetic on ``mapSceneToView`` through the mosaic's layout, not by one
+item per channel.
 """
 
 from __future__ import annotations

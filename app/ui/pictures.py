@@ -1,7 +1,8 @@
 """What a record panel draws, computed off the GUI thread.
 
-Pure numpy, no Qt: the worker turns every record of a run into a ``PanelPicture`` (values, per-channel statistics
-and the finished uint8 mosaic), so the GUI thread only uploads one small image per panel.
+Pure numpy, no Qt: the worker turns every record of a run into a ``PanelPicture`` (values, channel order, tile
+layout and per-channel ranges); the mosaic's pixels are drawn when asked for, at the size a panel shows them
+(``mosaic_item`` colours them, still in the worker), so the GUI thread only paints one image per panel.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from app.ui import main_window
 from app.ui.jobs import execute_run
 from app.ui.main_window import MainWindow
 from app.ui.mosaic_item import fitted_size
+from app.ui.panel_area import PANELS_PER_TURN
 from app.ui.tree_model import ACTIVATIONS, GRADIENTS, INPUTS
 
 RUN_TIMEOUT_MS = 120_000
@@ -243,6 +244,25 @@ def test_closing_a_panel_unticks_its_hook(window: MainWindow, qtbot) -> None:
         panel.close_requested.emit("layer4.1.conv2", "forward")
     assert hook_count(window, "layer4.1.conv2", "_forward_hooks") == before - 1
     assert ("forward", "layer4.1.conv2") not in window.panel_area.panels
+
+
+def test_ticking_many_modules_builds_their_panels_a_few_per_turn(window: MainWindow, qtbot) -> None:
+    convs = [p for p in window.tree_model.paths_of_type("Conv2d") if ("forward", p) not in window.panel_area.panels]
+    assert len(convs) > 2 * PANELS_PER_TURN
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.tree_model.set_ticked([(p, "forward") for p in convs], True)
+        # the hooks are on at once; the panels come a few per turn of the event loop, so the window answers
+        assert all(window.registry.has(p, "forward") for p in convs)
+        built = [p for p in convs if ("forward", p) in window.panel_area.panels]
+        assert built == convs[:PANELS_PER_TURN]
+        qtbot.waitUntil(lambda: all(("forward", p) in window.panel_area.panels for p in convs), timeout=5_000)
+    for path in convs:
+        assert window.panel_area.panels[("forward", path)].picture is not None
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):  # unticked before being built: no panel
+        window.tree_model.set_ticked([(p, "backward") for p in convs], True)
+        window.tree_model.set_ticked([(p, "backward") for p in convs[-3:]], False)
+    assert all(("backward", p) not in window.panel_area.panels for p in convs[-3:])
+    assert all(window.panel_area.panels[("backward", p)].picture is not None for p in convs[:-3])
 
 
 def test_tick_every_module_of_a_type_in_one_run(window: MainWindow, qtbot) -> None:
