@@ -171,6 +171,7 @@ class MainWindow(QMainWindow):
         self._paste_count = 0
         self._latest = _Latest()
         self._model_generation = 0
+        self._model_message = ""  # what the last model load said, until the first run's line shows it too
         self._loading = False
         self._run_wanted = False
         self._dirty = False  # ticks, target or device changed since the results on screen
@@ -698,6 +699,7 @@ class MainWindow(QMainWindow):
     def _apply_model(self, outcome: LoadOutcome) -> None:
         first = self._loaded is None
         previous = self.ticked_pairs()
+        previous_edits = [edit for _, edit, _ in self._registry.edits()] if self._registry is not None else []
         if self._registry is not None:
             self._registry.clear()  # every hook on the old model goes first
         self._loaded = outcome.loaded
@@ -728,6 +730,7 @@ class MainWindow(QMainWindow):
             if previous and not pairs:
                 pairs = [(p, k) for p in default_checks(outcome.loaded.name, self._nodes) for k in CHECK_KINDS]
                 message += "; ticked its default layers instead"
+            message += self._carry_edits(previous_edits)
         for path, kind in pairs:
             self.tick(path, kind, True)  # the same path as a click
         self._expand_ticked()
@@ -735,6 +738,7 @@ class MainWindow(QMainWindow):
         self.notice.setVisible(bool(outcome.loaded.notice))
         self._sync_model_boxes()
         self.statusBar().showMessage(message, 8000)
+        self._model_message = message  # kept in front of the first run's line, which would otherwise replace it
         self._update_title()
         self.model_ready.emit()
         self._run_wanted = False
@@ -780,10 +784,30 @@ class MainWindow(QMainWindow):
             f"backward {t['backward_ms']:.1f} ms\nprepare pictures (worker) {t['prepare_ms']:.1f} ms\n"
             f"update panels (GUI) {apply_ms:.1f} ms\n{len(result.records)} records"
         )
-        self.statusBar().showMessage(f"{outcome.image.name}: {len(result.records)} records", 5000)
+        line = f"{outcome.image.name}: {len(result.records)} records"
+        if self._model_message:
+            line, self._model_message = f"{self._model_message} · {line}", ""
+        self.statusBar().showMessage(line, 8000)
         self.run_applied.emit(outcome)  # image B's views, prediction changes, Grad-CAM, the inspector
         self.applied_generations.append(outcome.generation)
         self.run_finished.emit()
+
+    def _carry_edits(self, edits: list) -> str:
+        """The interventions move to the new model where their module exists, on or off as they were (as ticks
+        do); the status message's part about them."""
+        carried, dropped = 0, []
+        for edit in edits:
+            try:
+                self._registry.add_edit(edit)
+                carried += 1
+            except HookscopeError as error:  # no such module in the new model
+                dropped.append(f"{edit.spec} ({error})")
+        if not edits:
+            return ""
+        text = f"; {carried} intervention{'s' if carried != 1 else ''} carried over"
+        if dropped:
+            text += f", dropped: {', '.join(dropped)}"
+        return text
 
     def _missing_reason(self, path: str, kind: str) -> str:
         survey = self._last.result.survey if self._last is not None else None

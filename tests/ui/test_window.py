@@ -341,6 +341,36 @@ def test_switching_model_moves_the_ticks_and_leaves_no_hook_on_the_old_model(win
     assert window.panel_area.panels[("forward", "layer4.1.conv2")].picture.shape == (1, 512, 7, 7)
 
 
+def test_switching_model_carries_the_interventions_where_their_module_exists(window: MainWindow, qtbot) -> None:
+    from app.core.interventions import Intervention
+
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.interventions.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        off = window.interventions.add_edit(Intervention("scale", "layer4", factor=0.5))
+        window.interventions.set_enabled(off, False)
+    old = window.loaded.module
+    messages: list[str] = []
+    window.statusBar().messageChanged.connect(messages.append)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.set_model("resnet34")
+    assert all(not m._forward_hooks for m in old.modules())  # nothing left on the old model
+    edits = [(edit.spec, edit.enabled) for _, edit, _ in window.registry.edits()]
+    assert edits == [("zero:layer1.0.conv1:3", True), ("scale:layer4:0.5", False)]  # on or off as they were
+    assert len(window.loaded.module.get_submodule("layer1.0.conv1")._forward_hooks) == 2  # the tick and the edit
+    shown = window.panel_area.panels[("forward", "layer1.0.conv1")].picture.channels.data
+    assert not shown[3].any() and shown[2].any()  # the carried edit acts on the new model's run
+    assert any("resnet34 loaded" in m and "2 interventions carried over" in m for m in messages)
+    current = window.statusBar().currentMessage()  # still there after the run: in front of the run's line
+    assert "2 interventions carried over" in current and "records" in current
+    messages.clear()
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.set_model("alexnet")  # no layer1, no layer4
+    assert list(window.registry.edits()) == []
+    message = next(m for m in messages if "alexnet loaded" in m)
+    assert "0 interventions carried over, dropped: zero:layer1.0.conv1:3" in message and "scale:layer4:0.5" in message
+
+
 def test_closing_during_a_run_leaves_no_worker_and_no_hook(make_window, qtbot) -> None:
     window = make_window()
     qtbot.waitUntil(lambda: window.runner.running_job is not None and window.runner.running_job.label == "run",
