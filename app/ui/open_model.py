@@ -106,10 +106,12 @@ def factory_names(file: Path) -> list[str]:
 
 
 def guess_architecture(path: str, names: list[str]) -> str | None:
-    """The longest catalogue name inside the file name (``resnet18_finetuned.pth`` -> ``resnet18``), if any."""
+    """The longest catalogue name inside the file name (``resnet18_finetuned.pth`` -> ``resnet18``), if any; the
+    torchvision model before timm's of the same name (``timm/resnet50``), unless the file name says timm."""
     stem = Path(path).name.lower()
     hits = [name for name in names if name.split("/")[-1].lower() in stem]
-    return max(hits, key=len) if hits else None
+    wants_timm = "timm" in stem
+    return max(hits, key=lambda name: (len(name.split("/")[-1]), name.startswith("timm/") == wants_timm), default=None)
 
 
 class ArchitectureDialog(QDialog):

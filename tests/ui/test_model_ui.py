@@ -199,6 +199,11 @@ def test_the_architecture_chooser_searches_and_guesses(qtbot, tmp_path):
     dialog.filter.setText("no such network")
     assert dialog.architecture is None
     assert guess_architecture("my_vit_b_16.pt", core_models.catalogue()) == "vit_b_16"
+    both = ["resnet50", "timm/resnet50", "timm/resnet50d", "resnet5"]  # torchvision's and timm's names side by side
+    assert guess_architecture("resnet50_finetuned.pth", both) == "resnet50"
+    assert guess_architecture("timm_resnet50.pth", both) == "timm/resnet50"
+    assert guess_architecture("resnet50d.bin", both) == "timm/resnet50d"
+    assert guess_architecture("weights.pt", both) is None
 
 
 def test_timm_models_join_the_model_list_when_timm_is_installed(make_window, qtbot, monkeypatch):
