@@ -226,19 +226,15 @@ def register_for_cli(registry, args: argparse.Namespace, preprocess=None) -> dic
 
     Returns the other images the mix edits blend in, read and preprocessed (``capture_run(..., others=...)``).
     """
-    from app.core.images import read_image
+    from app.core.interventions import other_images
 
     for path in _select_layers(args.layers, registry.paths):
         for kind in args.hooks:
             registry.add(path, kind)
-    others = {}
-    for edit in _edits(args):
+    edits = _edits(args)
+    for edit in edits:
         registry.add_edit(edit)
-        if edit.kind == "mix" and edit.other_image not in others:
-            if preprocess is None:
-                raise HookscopeError(f"The edit {edit.spec} needs the model's preprocessing to read its image.")
-            others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
-    return others
+    return other_images(edits, preprocess)
 
 
 def _add_edits_to_manifest(folder: Path, manifest: dict, args: argparse.Namespace, result) -> None:

@@ -12,7 +12,7 @@ handles stays in ``app.core.hooks``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -341,3 +341,19 @@ def make_edit_hook(edit: Intervention, state: EditState) -> Callable[..., Any]:
     if edit.kind == "scale-grad-input":
         return backward_edit_hook(edit, state)
     return forward_edit_hook(edit, state)
+
+
+def other_images(edits: Iterable[Intervention], preprocess: Any) -> dict[str, torch.Tensor]:
+    """The other images the enabled mix edits blend in, read and preprocessed once each: what
+    ``capture_run(..., others=...)`` takes. An unreadable image raises ``ImageError`` with its name."""
+    from app.core.images import read_image  # images imports torchvision; only a mix edit needs it
+
+    others: dict[str, torch.Tensor] = {}
+    for edit in edits:
+        if edit.kind != "mix" or not edit.enabled or not edit.other_image or edit.other_image in others:
+            continue
+        if preprocess is None:
+            raise HookscopeError(f"The edit {edit.spec} needs the model's preprocessing to read its image.")
+        others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
+    return others
+

@@ -396,8 +396,7 @@ def apply_session_edits(
     for ``capture_run(..., others=...)``). An edit that cannot be restored is a problem line, not an error."""
     if not session.edits:
         return [], {}
-    from app.core.images import read_image
-    from app.core.interventions import parse_edit
+    from app.core.interventions import other_images, parse_edit
 
     problems: list[str] = []
     others: dict[str, Any] = {}
@@ -408,10 +407,8 @@ def apply_session_edits(
             edit = parse_edit(spec)
             if not enabled:
                 edit = replace(edit, enabled=False)
-            if edit.kind == "mix" and enabled and edit.other_image not in others:
-                if preprocess is None:
-                    raise HookscopeError("the model's preprocessing is needed to read its other image.")
-                others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
+            if edit.other_image not in others:  # read each other image once (only enabled mix edits read one)
+                others.update(other_images([edit], preprocess))
             registry.add_edit(edit)
         except HookscopeError as error:
             problems.append(f"Edit '{spec}' was not restored: {error}")

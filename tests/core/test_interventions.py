@@ -409,3 +409,32 @@ def test_cli_bad_edit_is_exit_2_with_one_line(tmp_path, capsys):
     assert code == 2
     assert capsys.readouterr().err == "hookscope: error: Edit 'zero:layer4.1.conv2' needs channels: zero:PATH:3,5\n"
     assert not any(tmp_path.iterdir()), "nothing was written"
+
+
+def test_other_images_are_read_once_for_the_enabled_mix_edits(resnet18_loaded, tmp_path):
+    from dataclasses import replace
+
+    from PIL import Image
+
+    from app.core.errors import ImageError
+    from app.core.images import read_image
+    from app.core.interventions import other_images
+    from app.core.resources import sample_image
+
+    preprocess = resnet18_loaded.preprocess
+    path = str(sample_image())
+    edits = [
+        parse_edit(f"mix:layer1:0.5:{path}"),
+        parse_edit(f"mix:layer2:0.25:{path}"),  # the same image: read once
+        parse_edit("zero:layer3:1"),
+        replace(parse_edit(f"mix:layer4:0.5:{tmp_path / 'off.png'}"), enabled=False),  # off: not read at all
+    ]
+    others = other_images(edits, preprocess)
+    assert list(others) == [path]
+    assert torch.equal(others[path], preprocess.to_tensor(read_image(path)))
+    Image.new("RGB", (8, 8)).save(tmp_path / "small.png")
+    assert other_images([parse_edit(f"mix:fc:0.5:{tmp_path / 'small.png'}")], preprocess)[str(tmp_path / "small.png")].shape == (1, 3, 224, 224)
+    with pytest.raises(ImageError, match="missing.png"):
+        other_images([parse_edit(f"mix:layer1:0.5:{tmp_path / 'missing.png'}")], preprocess)
+    with pytest.raises(HookscopeError, match="needs the model's preprocessing"):
+        other_images(edits[:1], None)
