@@ -6,9 +6,9 @@ table in Python each time), and the raster engine converts ``Indexed8`` again at
 whatever its size. An ``RGB32`` image made once, off the GUI thread (``QImage`` is reentrant; only ``QPixmap`` is
 tied to the GUI thread), paints in about 0.07 ms.
 
-The worker colours the mosaic at the size it is shown (``fit``: the panels' view size in device pixels), with
-nearest-pixel sampling, which is what painting the whole mosaic scaled down shows too: a 900x900 mosaic in a 300
-pixel panel needs a ninth of the memory and of the work. Zooming in past that resolution paints the full mosaic,
+The worker colours the mosaic at the size it is shown (``fit``: the panels' view size in device pixels), keeping
+every n-th pixel of each tile, which is what painting the whole mosaic scaled down shows too: a 900x900 mosaic
+in a 300 pixel panel needs a ninth of the memory and of the work. Zooming in past that resolution paints the full mosaic,
 coloured then on the GUI thread (once per picture, under a millisecond).
 """
 
@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF
 from PySide6.QtGui import QImage
 
 from app.core.resources import colormap_lut
@@ -59,15 +59,13 @@ def fitted_size(width: int, height: int, fit: tuple[int, int] | None) -> tuple[i
     return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
 
 
-def colour(source: np.ndarray, lut: str, size: tuple[int, int] | None = None) -> QImage:
-    """A uint8 (H, W) image through a lookup table as RGB32, scaled to ``size`` (w, h) if given: Qt's own
-    nearest-pixel scaling and indexed-to-RGB32 conversion (about 0.4 ns a pixel here)."""
+def colour(source: np.ndarray, lut: str) -> QImage:
+    """A uint8 (H, W) image through a lookup table as RGB32: Qt's own indexed-to-RGB32 conversion (about 0.4 ns
+    a pixel here)."""
     image = np.ascontiguousarray(source, dtype=np.uint8)
     h, w = image.shape
     indexed = QImage(image.data, w, h, image.strides[0], QImage.Format.Format_Indexed8)
     indexed.setColorTable(list(color_table(lut)))
-    if size is not None and size != (w, h):
-        indexed = indexed.scaled(*size, Qt.AspectRatioMode.IgnoreAspectRatio, Qt.TransformationMode.FastTransformation)
     # convertToFormat makes an image that owns its pixels: nothing points into ``image`` afterwards.
     return indexed.convertToFormat(QImage.Format.Format_RGB32)
 
@@ -141,13 +139,14 @@ def lut_of(picture: PanelPicture) -> str:
     return DIFF_LUT if getattr(picture, "view", "A") == "diff" else picture.settings.colormap
 
 
-def rendered_for(picture: PanelPicture) -> RenderedMosaic:
+def rendered_for(picture: PanelPicture, fit: tuple[int, int] | None = None) -> RenderedMosaic:
     """The picture's mosaic ready to paint: the worker's rendering when it still fits (same arrangement, same
-    colormap), else made now at full size (a settings change on one panel: a millisecond or two)."""
+    colormap), else made now, at the size ``fit`` shows it (a settings change: on the GUI thread, so "apply to
+    every panel" must not colour every mosaic whole)."""
     lut = lut_of(picture)
     if isinstance(picture.rendered, RenderedMosaic) and picture.rendered.matches(picture.arrangement, lut):
         return picture.rendered
-    return render_mosaic(picture.arrangement, lut)
+    return render_mosaic(picture.arrangement, lut, fit)
 
 
 def with_rendering(picture: PanelPicture, fit: tuple[int, int] | None = None) -> PanelPicture:

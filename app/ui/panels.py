@@ -269,7 +269,7 @@ class FeatureMapPanel(QFrame):
             self._show_page(MESSAGE)
             self._footer.setText(" ")
         elif kind == "maps" and all(picture.arrangement.size):
-            self._mosaic.show_rendered(rendered_for(picture))
+            self._mosaic.show_rendered(rendered_for(picture, self.view_size()))
             if picture.arrangement.size != self._image_shape:
                 self._image_shape = picture.arrangement.size
                 self._viewbox.autoRange(padding=0.01)

@@ -59,6 +59,9 @@ def test_the_workers_rendering_is_used_only_while_it_fits(qapp) -> None:
     assert rendered_for(picture) is picture.rendered
     recoloured = picture.with_settings(PanelSettings(colormap="gray"))  # same mosaic, another colormap
     assert rendered_for(recoloured) is not picture.rendered and rendered_for(recoloured).lut == "gray"
+    large = picture_of(record(torch.rand(1, 256, 56, 56)), PanelSettings()).with_settings(PanelSettings("gray"))
+    coloured = rendered_for(large, (300, 300))  # recoloured on the GUI thread: at the size shown, not whole
+    assert not coloured.is_full and coloured.lut == "gray" and coloured.qimage.width() < large.arrangement.size[1]
     flat = with_rendering(picture_of(record(torch.zeros(1, 8, 6, 6), kind="backward"), PanelSettings()), (400, 400))
     assert flat.flat and flat.rendered is None  # a flat panel shows a message, nothing to colour
 
