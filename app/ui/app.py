@@ -22,9 +22,9 @@ from app.core.devices import resolve_device
 from app.core.errors import HookscopeError, ModelError
 from app.core.images import read_image
 from app.core.models import DEFAULT_MODEL, catalogue
-from app.ui.about import app_icon
+from app.ui.dialogs.about import app_icon
 from app.ui.main_window import MainWindow
-from app.ui.settings import settings_folder
+from app.ui.state.settings import settings_folder
 from app.ui.theme import apply_theme, configure_pyqtgraph
 
 SELF_TEST_REPORT_ENV = "HOOKSCOPE_SELF_TEST_REPORT"

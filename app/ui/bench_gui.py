@@ -29,11 +29,11 @@ from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
 from app.core.hooks import Record
+from app.core.pictures import PanelSettings, picture_of
 from app.ui.app import SCREENSHOT_SIZE, _close, _no_display, application, settle, wait_for_run
 from app.ui.main_window import MainWindow
-from app.ui.mosaic_item import with_rendering
-from app.ui.panels import FeatureMapPanel
-from app.ui.pictures import PanelSettings, picture_of
+from app.ui.widgets.feature_map_panel import FeatureMapPanel
+from app.ui.widgets.mosaic_item import with_rendering
 
 TIMER_MS = 5
 

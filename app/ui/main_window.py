@@ -54,13 +54,15 @@ from app.core.errors import DeviceError, HookscopeError, ImageError
 from app.core.hooks import HookRegistry
 from app.core.images import IMAGE_SUFFIXES
 from app.core.models import DEFAULT_MODEL, LoadedModel, catalogue
+from app.core.pictures import KIND_LABELS, SCALINGS, PanelPicture, PanelSettings
 from app.core.resources import COLORMAPS, sample_image
 from app.core.tree import NOT_RUN_REASON, ModuleInfo
-from app.ui.about import show_about
-from app.ui.channel_view import ChannelView
-from app.ui.image_queue import ImageQueue, push_recent
-from app.ui.input_panel import InputPanel
-from app.ui.jobs import (
+from app.ui.dialogs.about import show_about
+from app.ui.features.file_features import install_file_features, open_dropped_files
+from app.ui.features.hook_tools import install_hook_tools
+from app.ui.features.open_model import execute_load_with
+from app.ui.state.image_queue import ImageQueue, push_recent
+from app.ui.state.requests import (
     ImageSource,
     LoadOutcome,
     LoadRequest,
@@ -70,13 +72,12 @@ from app.ui.jobs import (
     execute_load,
     execute_run,
 )
-from app.ui.open_model import execute_load_with
-from app.ui.panel_area import PanelArea
-from app.ui.pictures import KIND_LABELS, SCALINGS, PanelPicture, PanelSettings
-from app.ui.predictions import PredictionsPanel
-from app.ui.settings import app_settings, read_list
+from app.ui.state.settings import app_settings, read_list
+from app.ui.state.worker import Job, JobRunner
 from app.ui.theme import configure_pyqtgraph
-from app.ui.tree_model import (
+from app.ui.widgets.channel_view import ChannelView
+from app.ui.widgets.input_panel import InputPanel
+from app.ui.widgets.module_tree import (
     ACTIVATIONS,
     GRADIENTS,
     INPUTS,
@@ -88,9 +89,8 @@ from app.ui.tree_model import (
     ModuleFilterProxy,
     ModuleTreeModel,
 )
-from app.ui.window_files import install_file_features, open_dropped_files
-from app.ui.window_tools import install_hook_tools
-from app.ui.worker import Job, JobRunner
+from app.ui.widgets.panel_area import PanelArea
+from app.ui.widgets.predictions import PredictionsPanel
 
 RUN_DEBOUNCE_MS = 50
 CHECK_KINDS = ("forward", "backward")  # what a default or --check tick hooks: activations and gradients
@@ -453,7 +453,7 @@ class MainWindow(QMainWindow):
                                 stale=lambda: self._model_generation != generation, label="load"))
         self._update_busy()
 
-    # ---- for app/ui/open_model.py and sessions.py: models opened another way, panel settings, state ----
+    # ---- for app/ui/features/open_model.py and sessions.py: models opened another way, panel settings, state ----
     def load_model_with(self, description: str, work: Callable[[], LoadedModel],
                         failed: Callable[[BaseException], bool] | None = None) -> None:
         """Load the model ``work`` builds (a model file, a session's model) in the background, as set_model does.

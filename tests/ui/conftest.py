@@ -16,7 +16,7 @@ from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool  # noqa: E402
 
 from app.ui.main_window import MainWindow  # noqa: E402
-from app.ui.settings import SETTINGS_DIR_ENV  # noqa: E402
+from app.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
 
 RUN_TIMEOUT_MS = 120_000
 

@@ -16,7 +16,7 @@ from app.core.hooks import HookRegistry
 from app.core.images import read_image
 from app.core.models import load_model
 from app.ui.main_window import MainWindow
-from app.ui.mosaic_item import DIFF_LUT
+from app.ui.widgets.mosaic_item import DIFF_LUT
 
 RUN_TIMEOUT_MS = 120_000
 

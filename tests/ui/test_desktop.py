@@ -7,8 +7,8 @@ import sys
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import __version__
-from app.ui.about import app_icon, show_about
 from app.ui.app import install_error_dialog
+from app.ui.dialogs.about import app_icon, show_about
 
 
 def test_icon_and_about_box_credit_the_photographers(make_window) -> None:

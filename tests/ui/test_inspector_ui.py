@@ -9,9 +9,9 @@ from PySide6.QtWidgets import QApplication
 from app.core.hooks import FALLBACK, HookInfo
 from app.core.interventions import Intervention
 from app.core.snippets import registry_script, snippet_for
-from app.ui.inspector_panel import METHOD, MODULE, NOTE, REMOVE, ROLE
+from app.ui.features.inspector import METHOD, MODULE, NOTE, REMOVE, ROLE
 from app.ui.main_window import MainWindow
-from app.ui.tree_model import KIND_COLUMNS
+from app.ui.widgets.module_tree import KIND_COLUMNS
 
 RUN_TIMEOUT_MS = 120_000
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")

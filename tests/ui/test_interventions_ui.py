@@ -16,9 +16,9 @@ from app.core.hooks import HookRegistry
 from app.core.images import read_image
 from app.core.interventions import Intervention
 from app.core.models import load_model
-from app.ui.compare_view import change_text
-from app.ui.interventions_panel import ON, REMOVE
+from app.ui.features.interventions import ON, REMOVE
 from app.ui.main_window import MainWindow
+from app.ui.widgets.predictions import change_text
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer1.0.conv1"

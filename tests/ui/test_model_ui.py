@@ -26,9 +26,9 @@ from torch import nn
 from app.core import models as core_models
 from app.core.model_inputs import custom_preprocess
 from app.core.weights import WEIGHTS_URL_ENV
-from app.ui.input_settings import InputDialog
+from app.ui.features.input_settings import InputDialog
+from app.ui.features.open_model import ArchitectureDialog, guess_architecture
 from app.ui.main_window import MainWindow
-from app.ui.open_model import ArchitectureDialog, guess_architecture
 
 RUN_TIMEOUT_MS = 120_000
 SMALL = "squeezenet1_1"  # a catalogue model with small (5 MB) weights

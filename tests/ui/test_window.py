@@ -16,11 +16,11 @@ from app.core.images import read_image
 from app.core.models import default_weights_file, load_model
 from app.core.resources import sample_image
 from app.ui import main_window
-from app.ui.jobs import execute_run
 from app.ui.main_window import MainWindow
-from app.ui.mosaic_item import fitted_size
-from app.ui.panel_area import PANELS_PER_TURN
-from app.ui.tree_model import ACTIVATIONS, GRADIENTS, INPUTS
+from app.ui.state.requests import execute_run
+from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, INPUTS
+from app.ui.widgets.mosaic_item import fitted_size
+from app.ui.widgets.panel_area import PANELS_PER_TURN
 
 RUN_TIMEOUT_MS = 120_000
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction
 
-from app.ui.input_settings import InputSettings
-from app.ui.open_model import ModelFiles, is_model_file
-from app.ui.sessions import Sessions, is_session_file
-from app.ui.weights_banner import WeightsDownload
+from app.ui.features.input_settings import InputSettings
+from app.ui.features.open_model import ModelFiles, is_model_file
+from app.ui.features.session_files import Sessions, is_session_file
+from app.ui.features.weights_download import WeightsDownload
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

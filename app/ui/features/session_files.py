@@ -22,6 +22,7 @@ from app.core.devices import available_devices
 from app.core.errors import HookscopeError
 from app.core.export import write_run
 from app.core.model_files import TrustRequired
+from app.core.pictures import KIND_ORDER, PanelSettings
 from app.core.session import (
     KNOWN_KINDS,
     SESSION_SUFFIX,
@@ -34,9 +35,8 @@ from app.core.session import (
     save_session,
     session_from,
 )
-from app.ui.open_model import window_words
-from app.ui.pictures import KIND_ORDER, PanelSettings
-from app.ui.settings import app_settings
+from app.ui.features.open_model import window_words
+from app.ui.state.settings import app_settings
 
 if TYPE_CHECKING:
     from app.core.models import LoadedModel

@@ -23,9 +23,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QImage
 
+from app.core.ab_pictures import diverging_lut
+from app.core.pictures import Arrangement, PanelPicture
 from app.core.resources import colormap_lut
-from app.ui.compare import diverging_lut
-from app.ui.pictures import Arrangement, PanelPicture
 
 DIFF_LUT = "diff"  # the signed A − B views' lookup table (``diverging_lut``); every other key is a colormap name
 

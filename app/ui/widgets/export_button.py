@@ -17,6 +17,7 @@ from PIL import Image
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox, QStyle, QToolButton
 
+from app.core.ab_pictures import diverging_lut
 from app.core.errors import HookscopeError
 from app.core.export import file_stem, picture_image
 from app.core.hooks import Record
@@ -30,11 +31,10 @@ from app.core.panel_export import (
     export_svg,
     svg_document,
 )
-from app.ui.compare import diverging_lut
-from app.ui.settings import app_settings
+from app.ui.state.settings import app_settings
 
 if TYPE_CHECKING:
-    from app.ui.panels import FeatureMapPanel
+    from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
 EXPORT_FOLDER_KEY = "export_folder"
 

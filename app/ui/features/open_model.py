@@ -46,8 +46,8 @@ from app.core.model_files import (
 from app.core.models import LoadedModel, catalogue
 from app.core.session import file_sha256
 from app.core.tree import module_tree
-from app.ui.jobs import LoadOutcome
-from app.ui.settings import app_settings, read_list
+from app.ui.state.requests import LoadOutcome
+from app.ui.state.settings import app_settings, read_list
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QVBoxLayo
 
 from app.core.cam import GRADIENT_KINDS, has_spatial_output, overlay, run_grad_cam
 from app.core.errors import HookscopeError
+from app.core.pictures import KIND_LABELS
 from app.core.resources import colormap_lut
-from app.ui.jobs import RunOutcome
-from app.ui.pictures import KIND_LABELS
+from app.ui.state.requests import RunOutcome
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

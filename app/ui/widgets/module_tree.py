@@ -20,8 +20,8 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor, QFont
 
 from app.core.hooks import FALLBACK, HookRegistry
+from app.core.pictures import KIND_LABELS, shape_text
 from app.core.tree import NOT_RUN_REASON, ModelSurvey, ModuleInfo
-from app.ui.pictures import KIND_LABELS, shape_text
 
 NAME, ACTIVATIONS, INPUTS, GRADIENTS, TYPE, PARAMS, SHAPE = range(7)
 TICK_KINDS: dict[int, str] = {ACTIVATIONS: "forward", INPUTS: "pre", GRADIENTS: "backward"}

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.core.hooks import FALLBACK, HookInfo
 from app.core.snippets import registry_script, snippet_for
-from app.ui.tree_model import KIND_COLUMNS
+from app.ui.widgets.module_tree import KIND_COLUMNS
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

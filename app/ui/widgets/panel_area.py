@@ -14,8 +14,8 @@ from PySide6.QtGui import QCloseEvent, QResizeEvent
 from PySide6.QtWidgets import QDockWidget, QGridLayout, QLabel, QMainWindow, QScrollArea, QVBoxLayout, QWidget
 
 from app.core.hooks import record_key
-from app.ui.panels import FeatureMapPanel
-from app.ui.pictures import KIND_ORDER, PanelPicture, PanelSettings
+from app.core.pictures import KIND_ORDER, PanelPicture, PanelSettings
+from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
 MIN_PANEL_WIDTH = 380
 PANELS_PER_TURN = 2  # panels built per turn of the event loop after a tick

@@ -25,12 +25,12 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
+from app.core.ab_pictures import VIEWS
+from app.core.pictures import KIND_LABELS, PanelPicture, PanelSettings, shape_text
 from app.core.resources import COLORMAPS, colormap_lut
-from app.ui.compare import VIEWS
-from app.ui.mosaic_item import MosaicItem, rendered_for
-from app.ui.panel_exports import export_button
-from app.ui.pictures import KIND_LABELS, PanelPicture, PanelSettings, shape_text
 from app.ui.theme import KIND_COLORS
+from app.ui.widgets.export_button import export_button
+from app.ui.widgets.mosaic_item import MosaicItem, rendered_for
 
 MESSAGE, MAPS, BARS = range(3)
 SCALING_LABELS = {"channel": "per channel", "shared": "shared"}

@@ -13,87 +13,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QImage, QPixmap
-from PySide6.QtWidgets import QFileDialog, QGridLayout, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from app.core.capture import Prediction
+from app.core.ab_pictures import VIEWS
 from app.core.images import IMAGE_SUFFIXES
-from app.ui.compare import VIEWS
-from app.ui.jobs import ImageSource, RunOutcome
+from app.ui.state.requests import ImageSource, RunOutcome
+from app.ui.widgets.predictions import THUMBNAIL, rgb_pixmap
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
-
-THUMBNAIL = 72
-
-
-def change_text(delta: float) -> str:
-    """A probability change in percentage points, signed: "+3.1%", "-0.04%", "±0"."""
-    points = delta * 100
-    if points == 0:
-        return "±0"
-    if abs(points) >= 0.05:
-        return f"{points:+.1f}%"
-    if abs(points) >= 0.0005:
-        return f"{points:+.3f}%"
-    return "+<0.001%" if points > 0 else "-<0.001%"
-
-
-def rgb_pixmap(rgb: np.ndarray, side: int = THUMBNAIL) -> QPixmap:
-    """An (H, W, 3) uint8 image as a pixmap no larger than ``side``."""
-    data = np.ascontiguousarray(rgb, dtype=np.uint8)
-    height, width = data.shape[:2]
-    image = QImage(data.data, width, height, width * 3, QImage.Format.Format_RGB888).copy()
-    return QPixmap.fromImage(image).scaled(
-        side, side, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
-    )
-
-
-class SideBySidePredictions(QWidget):
-    """The top-5 of image A and of image B next to each other; a class both have is marked in both columns."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.heads = (QLabel("A"), QLabel("B"))
-        self.cells: list[tuple[QLabel, QLabel]] = []
-        grid = QGridLayout(self)
-        grid.setContentsMargins(0, 6, 0, 0)
-        grid.setHorizontalSpacing(10)
-        grid.setVerticalSpacing(1)
-        for column, head in enumerate(self.heads):
-            head.setObjectName("panelTitle")
-            grid.addWidget(head, 0, column)
-        for row in range(5):
-            pair = (QLabel(""), QLabel(""))
-            for column, label in enumerate(pair):
-                label.setTextFormat(Qt.TextFormat.RichText)
-                grid.addWidget(label, row + 1, column)
-            self.cells.append(pair)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
-
-    def show_both(self, name_a: str, top5_a: list[Prediction], name_b: str, top5_b: list[Prediction]) -> None:
-        self.heads[0].setText(f"A: {name_a}")
-        self.heads[1].setText(f"B: {name_b}")
-        shared = {p.index for p in top5_a} & {p.index for p in top5_b}
-        for row, (cell_a, cell_b) in enumerate(self.cells):
-            for cell, top5 in ((cell_a, top5_a), (cell_b, top5_b)):
-                prediction = top5[row] if row < len(top5) else None
-                if prediction is None:
-                    cell.setText("")
-                    continue
-                name = prediction.label if len(prediction.label) <= 22 else prediction.label[:21] + "…"
-                text = f"{name} <span style='color:#9aa0aa'>{prediction.probability:.1%}</span>"
-                cell.setText(f"<b>{text}</b>" if prediction.index in shared else text)
-                cell.setToolTip(
-                    f"class {prediction.index}: {prediction.label}"
-                    + ("\nin the top 5 of both images" if prediction.index in shared else "")
-                )
-
-    @property
-    def texts(self) -> list[tuple[str, str]]:
-        return [(a.text(), b.text()) for a, b in self.cells]
-
 
 class ImageBSlot(QWidget):
     """Image B under the input: its thumbnail as the model sees it, its name, open and clear buttons."""

@@ -9,8 +9,8 @@ from PIL import Image
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
+from app.core.pictures import KIND_LABELS, PanelPicture, channel_statistics, shape_text
 from app.core.resources import colormap_lut
-from app.ui.pictures import KIND_LABELS, PanelPicture, channel_statistics, shape_text
 
 
 def colormap_of(name: str) -> pg.ColorMap:

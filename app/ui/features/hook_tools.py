@@ -14,10 +14,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu
 
-from app.ui.compare_view import CompareImages
-from app.ui.gradcam_view import GradCamView
-from app.ui.inspector_panel import HookInspector
-from app.ui.interventions_panel import InterventionsPanel
+from app.ui.features.grad_cam import GradCamView
+from app.ui.features.image_b import CompareImages
+from app.ui.features.inspector import HookInspector
+from app.ui.features.interventions import InterventionsPanel
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

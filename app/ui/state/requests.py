@@ -16,14 +16,14 @@ from types import MappingProxyType
 import numpy as np
 from PIL import Image
 
+from app.core.ab_pictures import Comparison, compare_runs
 from app.core.capture import RunCancelled, RunResult, capture_run
 from app.core.hooks import HookRegistry
 from app.core.images import read_image
 from app.core.models import LoadedModel, load_model
+from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
 from app.core.tree import ModuleInfo, module_tree
-from app.ui.compare import Comparison, compare_runs
-from app.ui.mosaic_item import with_rendering
-from app.ui.pictures import PanelPicture, PanelSettings, prepare_pictures
+from app.ui.widgets.mosaic_item import with_rendering
 
 # What the app ticks on a first start, so the first screen already shows feature maps and gradients.
 DEFAULT_CHECKS: dict[str, tuple[str, ...]] = {

@@ -19,8 +19,7 @@ import numpy as np
 from app.core.capture import RunResult
 from app.core.compare import as_array, pair_records
 from app.core.export import GRADIENT_KINDS
-from app.core.views import ChannelData, MosaicLayout, as_channels
-from app.ui.pictures import (
+from app.core.pictures import (
     Arrangement,
     PanelPicture,
     PanelSettings,
@@ -29,6 +28,7 @@ from app.ui.pictures import (
     maps_arrangement,
     picture_of,
 )
+from app.core.views import ChannelData, MosaicLayout, as_channels
 
 VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # the panels' view drop-down
 DIFF_SORT = "diff"

@@ -45,8 +45,8 @@ from app.core.errors import DeviceError, HookscopeError, ImageError
 from app.core.hooks import HookInfo
 from app.core.images import IMAGE_SUFFIXES
 from app.core.interventions import CHANNEL_KINDS, EDIT_KINDS, Intervention
-from app.ui.jobs import RunOutcome
-from app.ui.pictures import PanelPicture
+from app.core.pictures import PanelPicture
+from app.ui.state.requests import RunOutcome
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

@@ -1,0 +1,1 @@
+"""The modal questions: trust, architecture, input settings, edits, about."""

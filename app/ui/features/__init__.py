@@ -1,0 +1,1 @@
+"""Features built from the workspace and a host: each contributes docks, actions and menu entries."""

@@ -1,0 +1,1 @@
+"""Leaf views that never see the window: module tree, panel area and panels, channel view, input, predictions."""
