@@ -77,3 +77,26 @@ def photo(path: Path, seed: int, size: tuple[int, int] = (320, 240)) -> Path:
 @pytest.fixture
 def photos(tmp_path: Path) -> list[Path]:
     return [photo(tmp_path / f"photo{n}.png", n) for n in range(3)]
+
+
+@pytest.fixture
+def workspace(qtbot) -> Iterator:
+    """A workspace over ResNet-18 (random weights) with the sample image's first run done, and no window."""
+    from app.ui.state.workspace import Workspace
+
+    space = Workspace(weights="none", checks=["layer1.0.conv1"])
+    space.view_size = lambda: (300, 300)
+    with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
+        space.start("resnet18", None)
+    yield space
+    space.shutdown()
+
+
+@pytest.fixture
+def host(qtbot):
+    """A fake host that records what a feature contributes (tests/ui/fakes.py)."""
+    from fakes import FakeHost
+
+    fake = FakeHost()
+    qtbot.addWidget(fake.parent)
+    return fake
