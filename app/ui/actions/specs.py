@@ -69,6 +69,15 @@ class MenuBuilder:
             self.actions[spec.id] = self._make(spec)
         self._rebuild()
 
+    def add_existing(self, spec: ActionSpec, action: QAction) -> None:
+        """Place an action made elsewhere (a dock's show/hide toggle) as ``spec`` says."""
+        if spec.id in self._specs:
+            raise ValueError(f"Two actions with the id '{spec.id}'.")
+        action.setObjectName(spec.id)
+        self._specs[spec.id] = spec
+        self.actions[spec.id] = action
+        self._rebuild()
+
     def _make(self, spec: ActionSpec) -> QAction:
         action = QAction(spec.title, self._window)
         action.setObjectName(spec.id)
@@ -102,7 +111,9 @@ class MenuBuilder:
             by_menu.setdefault(spec.menu, []).append(spec)
         submenus = {path for path in by_menu if "/" in path}
         for path in list(by_menu) + sorted(submenus):
-            self.menu(path).clear()
+            menu = self.menu(path)
+            for action in menu.actions():  # removed, not deleted (QMenu.clear would delete what it owns)
+                menu.removeAction(action)
         for path, specs in by_menu.items():
             menu = self.menu(path)
             group = None

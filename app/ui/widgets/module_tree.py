@@ -1,8 +1,9 @@
 """The module tree as a Qt item model, with one tick column per hook kind.
 
 The ``HookRegistry`` is the one source of truth for what is ticked: a tick's check state is read from the
-registry, and ticking calls ``registry.add`` / ``registry.remove`` at once, so the hook is on the live module
-when ``setData`` returns. The model then announces the change (``hooks_changed``) for the window to re-run.
+registry. A click asks for the change (``tick_requested``, a direct connection to ``Workspace.set_ticked``), so
+the hook is on the live module when ``setData`` returns; the workspace's ``hooks_changed`` then comes back to
+``show_ticks``, which repaints the boxes.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _is_checked(value: object) -> bool:
 class ModuleTreeModel(QAbstractItemModel):
     """``module_tree`` nodes as rows; tick columns backed by a ``HookRegistry``; shapes from the last survey."""
 
-    hooks_changed = Signal(object)  # list of (path, kind, ticked)
+    tick_requested = Signal(object, bool)  # list of (path, kind), ticked
 
     def __init__(self, parent: QAbstractItemModel | None = None) -> None:
         super().__init__(parent)
@@ -159,25 +160,19 @@ class ModuleTreeModel(QAbstractItemModel):
     def is_ticked(self, path: str, kind: str) -> bool:
         return self._registry is not None and self._registry.has(path, kind)
 
-    def set_ticked(self, pairs: Iterable[tuple[str, str]], ticked: bool) -> list[tuple[str, str, bool]]:
-        """Tick or untick many (path, kind) pairs with one announcement (the context menu's "every Conv2d")."""
-        changes = [c for path, kind in pairs if (c := self._apply_tick(path, kind, ticked)) is not None]
-        if changes:
-            self.hooks_changed.emit(changes)
-        return changes
+    def set_ticked(self, pairs: Iterable[tuple[str, str]], ticked: bool) -> None:
+        """Ask for many (path, kind) pairs at once (the context menu's "every Conv2d")."""
+        wanted = [(path, kind) for path, kind in pairs if path in self._by_path]
+        if wanted:
+            self.tick_requested.emit(wanted, ticked)
 
-    def _apply_tick(self, path: str, kind: str, ticked: bool) -> tuple[str, str, bool] | None:
-        if self._registry is None or path not in self._by_path or self._registry.has(path, kind) == ticked:
-            return None
-        if ticked:
-            self._registry.add(path, kind)  # registered on the live module right here
-        else:
-            self._registry.remove(path, kind)
-        column = KIND_COLUMNS.get(kind)
-        if column is not None:
-            index = self.index_of(path, column)
-            self.dataChanged.emit(index, index, [Qt.ItemDataRole.CheckStateRole])
-        return path, kind, ticked
+    def show_ticks(self, changes: Iterable[tuple[str, str, bool]]) -> None:
+        """Repaint the boxes of pairs whose hooks were just registered or removed."""
+        for path, kind, _ in changes:
+            column = KIND_COLUMNS.get(kind)
+            if column is not None and path in self._by_path:
+                index = self.index_of(path, column)
+                self.dataChanged.emit(index, index, [Qt.ItemDataRole.CheckStateRole])
 
     # ---- QAbstractItemModel ---------------------------------------------------------------------------------
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
@@ -265,9 +260,9 @@ class ModuleTreeModel(QAbstractItemModel):
         if not index.isValid() or role != Qt.ItemDataRole.CheckStateRole or index.column() not in TICK_KINDS:
             return False
         node = self._nodes[index.internalId()]
-        change = self._apply_tick(node.path, TICK_KINDS[index.column()], _is_checked(value))
-        if change is not None:
-            self.hooks_changed.emit([change])
+        kind, ticked = TICK_KINDS[index.column()], _is_checked(value)
+        if self.is_ticked(node.path, kind) != ticked:
+            self.tick_requested.emit([(node.path, kind)], ticked)
         return True
 
     # ---- text -----------------------------------------------------------------------------------------------

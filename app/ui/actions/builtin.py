@@ -1,0 +1,129 @@
+"""The window's own actions: images, hooks, view settings for all panels, help. Features add theirs."""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from PySide6.QtCore import QStandardPaths, Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
+
+from app.core.images import IMAGE_SUFFIXES
+from app.core.pictures import SCALINGS
+from app.core.resources import COLORMAPS, sample_image
+from app.ui.actions.specs import ActionSpec
+from app.ui.dialogs.about import show_about
+from app.ui.state.settings import app_settings
+from app.ui.state.workspace import Workspace
+
+Key = QKeySequence.StandardKey
+HOOKS_HELP = """<b>The hooks behind the ticks</b><br><br>
+<b>Act</b>: <code>register_forward_hook</code> sees a module's output: the feature maps.<br>
+<b>In</b>: <code>register_forward_pre_hook</code> sees what goes into a module.<br>
+<b>Grad</b>: <code>register_full_backward_hook</code> sees the gradient of the target score with respect to the
+module's output, shown as |grad| per channel. Where an in-place operation would make it raise (ResNet's
+<code>bn1</code> before an in-place ReLU), a <code>Tensor.register_hook</code> on the output is used instead; the
+tree's tooltip says which.<br><br>
+Every tick is a real hook on the live model, and every untick removes it. Hooks &gt; Hook inspector lists every
+live handle with the plain PyTorch that registers it."""
+LAST_FOLDER_KEY = "last_image_folder"
+
+
+class Shell(Protocol):
+    """What the built-in actions need of the window (the shell passes itself)."""
+
+    workspace: Workspace
+    remembers: bool
+
+    def open_files(self, paths: list[str]) -> None: ...
+
+    def paste_image(self) -> None: ...
+
+    def save_screenshot(self, path: str) -> bool: ...
+
+    def show_error(self, message: str, dialog: bool = True) -> None: ...
+
+    def recent_files(self) -> list[str]: ...
+
+    def close(self) -> bool: ...
+
+    def focus_filter(self) -> None: ...
+
+
+def image_folder(remembers: bool) -> str:
+    """Where the Open dialog starts: the last folder used, else the user's Pictures folder, else home; never the
+    folder of the bundled sample (inside the installation)."""
+    if remembers:
+        last = app_settings().value(LAST_FOLDER_KEY)
+        if isinstance(last, str) and os.path.isdir(last):
+            return last
+    pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+    return pictures if pictures and os.path.isdir(pictures) else os.path.expanduser("~")
+
+
+def open_image_dialog(shell: Shell) -> None:
+    patterns = " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES))
+    paths, _ = QFileDialog.getOpenFileNames(shell, "Open images", image_folder(shell.remembers),
+                                            f"Images ({patterns});;All files (*)")
+    if paths:
+        if shell.remembers:
+            app_settings().setValue(LAST_FOLDER_KEY, os.path.dirname(paths[0]))
+        shell.open_files(paths)
+
+
+def screenshot_dialog(shell: Shell) -> None:
+    path, _ = QFileDialog.getSaveFileName(shell, "Save window screenshot", "hookscope.png", "PNG (*.png)")
+    if path and not shell.save_screenshot(path):
+        shell.show_error(f"Could not write '{path}'.")
+
+
+def recent_images(shell: Shell, menu: QMenu) -> None:
+    sample = os.path.abspath(sample_image())
+    recent = [path for path in shell.recent_files() if os.path.abspath(path) != sample]
+    for path in recent:
+        menu.addAction(path).triggered.connect(lambda *_, p=path: shell.open_files([p]))
+    if not recent:
+        menu.addAction("No recent images").setEnabled(False)
+
+
+def inform(parent: QWidget, title: str, text: str) -> None:
+    box = QMessageBox(QMessageBox.Icon.Information, title, text, parent=parent)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+
+
+def builtin_actions(shell: Shell) -> list[ActionSpec]:
+    space = shell.workspace
+    specs = [
+        ActionSpec("file.open_image", "Open image…", "File", lambda: open_image_dialog(shell), group=10, order=10,
+                   shortcut=Key.Open, tooltip="Open one or more image files", toolbar=True),
+        ActionSpec("file.paste_image", "Paste image", "File", shell.paste_image, group=10, order=20,
+                   shortcut=Key.Paste),
+        ActionSpec("file.recent_images", "Recent images", "File", group=10, order=30,
+                   populate=lambda menu: recent_images(shell, menu)),
+        ActionSpec("file.previous_image", "◀ Previous image", "File", lambda: space.step_image(-1), group=20,
+                   order=10, shortcut="PgUp", tooltip="The previous image of the list", toolbar=True),
+        ActionSpec("file.next_image", "Next image ▶", "File", lambda: space.step_image(1), group=20, order=20,
+                   shortcut="PgDown", tooltip="The next image of the list", toolbar=True),
+        ActionSpec("file.screenshot", "Save window screenshot…", "File", lambda: screenshot_dialog(shell),
+                   group=80),
+        ActionSpec("file.quit", "Quit", "File", shell.close, group=99, shortcut=Key.Quit),
+        ActionSpec("hooks.untick_all", "Untick all", "Hooks", space.untick_all, group=10, order=10),
+        ActionSpec("hooks.filter", "Filter modules", "Hooks", shell.focus_filter, group=10, order=20,
+                   shortcut=Key.Find),
+        ActionSpec("hooks.run_again", "Run again", "Hooks", space.run_again, group=10, order=30, shortcut="F5"),
+        ActionSpec("help.hooks", "The hooks behind the ticks", "Help", lambda: inform(shell, "Hooks", HOOKS_HELP),
+                   group=10),
+        ActionSpec("help.about", "About Hookscope", "Help", lambda: show_about(shell), group=90),
+    ]
+    for field, title, choices in (
+        ("colormap", "Colormap (all panels)", {name: name for name in COLORMAPS}),
+        ("scaling", "Scaling (all panels)", SCALINGS),
+        ("sort", "Channel order (all panels)", {"none": "channel order", "mean": "by mean", "max": "by max"}),
+    ):
+        menu = f"View/{title}"
+        specs.append(ActionSpec(menu, title, "View", group=10, order=len(specs)))
+        specs += [ActionSpec(f"view.{field}.{key}", label, menu, lambda f=field, k=key: space.set_all(f, k),
+                             order=n) for n, (key, label) in enumerate(choices.items())]
+    return specs

@@ -1,0 +1,103 @@
+"""The Modules dock's contents: a filter box over the module tree, with tick columns per hook kind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTreeView, QVBoxLayout, QWidget
+
+from app.ui.widgets.module_tree import (
+    ACTIVATIONS,
+    GRADIENTS,
+    INPUTS,
+    KIND_COLUMNS,
+    NAME,
+    PARAMS,
+    SHAPE,
+    TYPE,
+    ModuleFilterProxy,
+    ModuleTreeModel,
+)
+
+
+class ModuleTreeView(QWidget):
+    """Filter box and tree; a right-click asks for the module's context menu (``menu_requested``)."""
+
+    menu_requested = Signal(str, QPoint)  # module path ("" for none under the mouse), global position
+
+    def __init__(self, model: ModuleTreeModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.proxy = ModuleFilterProxy(self)
+        self.proxy.setSourceModel(model)
+        self.filter_box = QLineEdit()
+        self.filter_box.setPlaceholderText("Filter modules by name or type (Ctrl+F)")
+        self.filter_box.setClearButtonEnabled(True)
+        self.filter_box.textChanged.connect(self._on_filter)
+        self.tree = QTreeView()
+        self.tree.setModel(self.proxy)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._on_context_menu)
+        header = self.tree.header()
+        header.setStretchLastSection(True)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        for column, width in ((NAME, 150), (ACTIVATIONS, 34), (INPUTS, 30), (GRADIENTS, 38), (TYPE, 104),
+                              (PARAMS, 50), (SHAPE, 110)):
+            header.resizeSection(column, width)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.filter_box)
+        layout.addWidget(self.tree, 1)
+
+    def focus_filter(self) -> None:
+        self.filter_box.setFocus()
+        self.filter_box.selectAll()
+
+    def click_tick(self, path: str, kind: str, ticked: bool = True) -> bool:
+        """Tick or untick exactly as a click on the check box does (through the proxy when the row is shown)."""
+        column = KIND_COLUMNS.get(kind)
+        if column is None:
+            return False
+        source = self.model.index_of(path, column)
+        if not source.isValid():
+            return False
+        index = self.proxy.mapFromSource(source)
+        state = Qt.CheckState.Checked if ticked else Qt.CheckState.Unchecked
+        if index.isValid():
+            return self.proxy.setData(index, state, Qt.ItemDataRole.CheckStateRole)
+        return self.model.setData(source, state, Qt.ItemDataRole.CheckStateRole)
+
+    def expand_to(self, paths: Iterable[str]) -> None:
+        """Open the tree down to every path in ``paths`` and scroll the first (in tree order) into view."""
+        paths = sorted(set(paths), key=self.model.order_of)
+        self.tree.expand(self.proxy.mapFromSource(self.model.index_of("")))
+        for path in paths:
+            parts = path.split(".")
+            for n in range(1, len(parts)):
+                index = self.proxy.mapFromSource(self.model.index_of(".".join(parts[:n])))
+                if index.isValid():
+                    self.tree.expand(index)
+        self.tree.resizeColumnToContents(NAME)
+        header = self.tree.header()
+        header.resizeSection(NAME, min(max(header.sectionSize(NAME), 140), 300))
+        if paths:
+            self.tree.scrollTo(self.proxy.mapFromSource(self.model.index_of(paths[0])),
+                               QAbstractItemView.ScrollHint.PositionAtCenter)
+
+    def _on_filter(self, text: str) -> None:
+        self.proxy.set_text(text)
+        if text.strip():
+            self.tree.expandAll()
+        else:
+            self.tree.collapseAll()
+            registry = self.model.registry
+            self.expand_to([h.path for h in registry.handles()] if registry is not None else [])
+
+    def _on_context_menu(self, position: QPoint) -> None:
+        index = self.tree.indexAt(position)
+        node = self.model.node(self.proxy.mapToSource(index)) if index.isValid() else None
+        self.menu_requested.emit(node.path if node is not None else "\0", self.tree.viewport().mapToGlobal(position))
