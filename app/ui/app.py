@@ -33,6 +33,14 @@ HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backw
 SCREENSHOT_SIZE = (1560, 980)
 
 
+Window = MainWindow  # for type hints in the benchmarks, which make windows through ``make_window``
+
+
+def make_window(*args: object, **options: object) -> MainWindow:
+    """A main window (the one place outside the shell that knows its class)."""
+    return MainWindow(*args, **options)
+
+
 def _no_display() -> bool:
     return sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
@@ -110,23 +118,46 @@ def _close(window: MainWindow) -> None:
     QApplication.processEvents()
 
 
+TICK_NAMES = {"act": "forward", "in": "pre", "grad": "backward"}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``1366x768`` as (width, height); a clear error for anything else."""
+    width, sep, height = text.lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit() or not (320 <= int(width) <= 8192) \
+            or not (240 <= int(height) <= 8192):
+        raise HookscopeError(f"--size takes WIDTHxHEIGHT in pixels, e.g. 1366x768 (not '{text}').")
+    return int(width), int(height)
+
+
+def parse_ticks(text: str) -> tuple[str, ...]:
+    """``act,in,grad`` as hook kinds, in the tree's column order."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TICK_NAMES]
+    if unknown or not names:
+        raise HookscopeError(f"--ticks takes a list of act, in, grad (not '{text}').")
+    return tuple(TICK_NAMES[name] for name in TICK_NAMES if name in names)
+
+
 def take_screenshot(
-    out: str, image: str | None, model: str | None, weights: str, device: str, check: list[str] | None
+    out: str, image: str | None, model: str | None, weights: str, device: str, check: list[str] | None,
+    size: tuple[int, int] = SCREENSHOT_SIZE, ticks: tuple[str, ...] = ("forward", "backward"),
 ) -> int:
-    """Open the real window, tick ``check`` (activations and gradients) as a click would, wait, save, exit."""
+    """Open the real window at ``size``, tick ``check`` (the ``ticks`` columns) as a click would, wait, save."""
     name = _check_model(model)
     resolve_device(device)
     if image is not None:
         read_image(image)  # a clear one-line error now, not a timeout later
     application(offscreen=_no_display())
-    window = MainWindow(name, weights, device, image, checks=check, remember=False)
+    window = MainWindow(name, weights, device, image, checks=check, remember=False, check_kinds=ticks)
     window.show_dialogs = False
-    window.resize(*SCREENSHOT_SIZE)
+    window.resize(*size)
     window.show()
     try:
         error = wait_for_run(window)
-        if window.missing_checks:
-            raise HookscopeError(f"{name} has no module named {', '.join(map(repr, window.missing_checks))}.")
+        missing = window.workspace.missing_checks
+        if missing:
+            raise HookscopeError(f"{name} has no module named {', '.join(map(repr, missing))}.")
         if error:
             raise HookscopeError(error)
         settle()
@@ -164,8 +195,9 @@ def run_self_test() -> int:
         if error:
             problems.append(f"the first run failed: {error}")
         else:
-            loaded = window.loaded
-            ticked = window.ticked_pairs()
+            space = window.workspace
+            loaded = space.loaded
+            ticked = space.ticked_pairs()
             filled = [p for p in window.panel_area.panels.values() if p.picture is not None]
             empty = sorted(f"{kind}:{path}" for path, kind in ticked
                            if not any(p.path == path and p.kind == kind for p in filled))
@@ -177,15 +209,15 @@ def run_self_test() -> int:
                 image = panel.picture.arrangement.image
                 if panel.picture.channels.kind == "maps" and (image is None or not image.size or not image.any()):
                     problems.append(f"panel {panel.key} ({panel.kind}) shows a blank mosaic")
-            if window.last_outcome is None or not window.last_outcome.result.top5:
+            if space.last is None or not space.last.result.top5:
                 problems.append("no predictions were shown")
             timings = dict(window.last_timings)
-            window.untick_all()
+            space.untick_all()
             error = wait_for_run(window)
             if error:
                 problems.append(f"the run after unticking failed: {error}")
-            if window.registry is not None and window.registry.handles():
-                problems.append(f"the registry still holds {len(window.registry.handles())} hooks")
+            if space.registry is not None and space.registry.handles():
+                problems.append(f"the registry still holds {len(space.registry.handles())} hooks")
             left = _leftover_hooks(loaded.module) if loaded is not None else ["no model"]
             if left:
                 problems.append(f"hooks left on the model: {', '.join(left[:5])}")
@@ -222,19 +254,25 @@ def run_gui(
     screenshot: str | None,
     check: list[str] | None,
     self_test: bool,
+    size: str | None = None,
+    ticks: str | None = None,
 ) -> int:
     """The ``hookscope`` window. Returns the process exit status."""
     if self_test:
         return run_self_test()
+    kinds = parse_ticks(ticks) if ticks else ("forward", "backward")
     if screenshot:
-        return take_screenshot(screenshot, image, model, weights, device, check)
+        return take_screenshot(screenshot, image, model, weights, device, check,
+                               parse_size(size) if size else SCREENSHOT_SIZE, kinds)
     app = application()
     problems = []
     try:
         name = _check_model(model)
     except HookscopeError as error:
         name, problems = DEFAULT_MODEL, [str(error)]
-    window = MainWindow(name, weights, device, image, checks=check)
+    window = MainWindow(name, weights, device, image, checks=check, check_kinds=kinds)
+    if size:
+        window.resize(*parse_size(size))
     window.show()
     if problems:
         QTimer.singleShot(0, lambda: window.show_error(problems[0]))

@@ -30,8 +30,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.core.hooks import Record
 from app.core.pictures import PanelSettings, picture_of
-from app.ui.app import SCREENSHOT_SIZE, _close, _no_display, application, settle, wait_for_run
-from app.ui.main_window import MainWindow
+from app.ui.app import SCREENSHOT_SIZE, Window, _close, _no_display, application, make_window, settle, wait_for_run
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
 from app.ui.widgets.mosaic_item import with_rendering
 
@@ -64,7 +63,7 @@ class StallMeter:
         return self.worst_ms
 
 
-def spread_modules(window: MainWindow, count: int) -> list[str]:
+def spread_modules(window: Window, count: int) -> list[str]:
     """``count`` modules evenly spread through the network (convolutions and blocks, so outputs are maps)."""
     candidates = [n.path for n in window.tree_model.nodes if n.type_name in ("Conv2d", "Bottleneck", "BasicBlock")]
     if len(candidates) <= count:
@@ -73,7 +72,7 @@ def spread_modules(window: MainWindow, count: int) -> list[str]:
     return [candidates[int(i * step)] for i in range(count)]
 
 
-def _new_data(window: MainWindow) -> list:
+def _new_data(window: Window) -> list:
     """Give every panel its picture again (as after a run: every mosaic item is told to repaint)."""
     QApplication.processEvents()
     panels = [panel for panel in window.panel_area.panels.values() if panel.picture is not None]
@@ -82,7 +81,7 @@ def _new_data(window: MainWindow) -> list:
     return panels
 
 
-def paint_each_panel(window: MainWindow) -> float:
+def paint_each_panel(window: Window) -> float:
     """Every panel's view painted once into an image of its own size, whether or not it is scrolled into view:
     the painting work the window does for all panels after a run, without the window's own compositing. In ms."""
     panels = _new_data(window)
@@ -101,7 +100,7 @@ def paint_each_panel(window: MainWindow) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def paint_in_view(window: MainWindow) -> float:
+def paint_in_view(window: Window) -> float:
     """What the window itself paints after new data (the panels in view, their dirty regions only), in ms."""
     _new_data(window)
     start = time.perf_counter()
@@ -155,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     application(offscreen=_no_display())
-    window = MainWindow(args.model, "none", args.device, None, checks=[], remember=False)
+    window = make_window(args.model, "none", args.device, None, checks=[], remember=False)
     window.show_dialogs = False
     window.resize(*SCREENSHOT_SIZE)
     window.show()
@@ -167,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meter = StallMeter()
     meter.start()
     start = time.perf_counter()
-    window.tree_model.set_ticked([(p, k) for p in paths for k in ("forward", "backward")], True)
+    window.workspace.set_ticked([(p, k) for p in paths for k in ("forward", "backward")], True)
     tick_ms = (time.perf_counter() - start) * 1000  # hooks registered, the first panels built
     error = wait_for_run(window)  # the first hooked run (includes the survey)
     settle(300)
@@ -179,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for _ in range(args.runs):
         meter.start()
-        window.run_again()
+        window.workspace.run_again()
         error = wait_for_run(window)
         settle(300)  # the paints that follow the update
         stall = meter.stop()
@@ -191,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         render = t["prepare_ms"] + t["apply_ms"] + paint
         rows.append((t["forward_ms"] + t["backward_ms"], t["prepare_ms"], t["apply_ms"], paint, render, stall,
                      t["prepare_ms"] + t["apply_ms"] + visible))
-    records = len(window.last_outcome.result.records)
+    records = len(window.workspace.last.result.records)
     panels = len(window.panel_area.panels)
     _close(window)
 

@@ -35,6 +35,7 @@ class DockSpec:
     below: str | None = None
     visible: bool = True
     raised: bool = False  # the front tab of its stack
+    scroll: bool = True  # in a scroll area: a short dock scrolls, its contents never squeeze into overlap
 
 
 class Host(Protocol):

@@ -8,7 +8,6 @@ workspace's signals; every other feature (``FEATURES``) is built from the worksp
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -16,7 +15,7 @@ import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PIL import Image
 from PySide6.QtCore import QByteArray, QPoint, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -25,13 +24,14 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QProgressBar,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.compare import prediction_changes
-from app.core.images import Preprocess
 from app.core.devices import available_devices, unavailable_devices
+from app.core.images import Preprocess
 from app.core.models import DEFAULT_MODEL, catalogue
 from app.core.pictures import KIND_LABELS, PanelPicture
 from app.ui.actions.builtin import builtin_actions
@@ -41,7 +41,7 @@ from app.ui.host import DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntrie
 from app.ui.state.image_queue import push_recent
 from app.ui.state.requests import ImageSource, LoadOutcome, RunOutcome
 from app.ui.state.settings import app_settings, read_list
-from app.ui.state.workspace import Workspace
+from app.ui.state.workspace import CHECK_KINDS, Workspace
 from app.ui.theme import configure_pyqtgraph
 from app.ui.widgets.channel_view import ChannelView
 from app.ui.widgets.input_panel import InputPanel
@@ -89,6 +89,7 @@ class MainWindow(QMainWindow):
         checks: list[str] | None = None,
         remember: bool = True,
         parent: QWidget | None = None,
+        check_kinds: tuple[str, ...] = CHECK_KINDS,
     ) -> None:
         super().__init__(parent)
         configure_pyqtgraph()
@@ -106,8 +107,9 @@ class MainWindow(QMainWindow):
         self._drop_handlers: list[DropHandler] = []
         self._paste_count = 0
         self._channel_dock_sized = False
+        self._docks_fitted = False
 
-        self.workspace = space = Workspace(weights, device, checks, self)
+        self.workspace = space = Workspace(weights, device, checks, self, check_kinds)
         self._build_views()
         self._build_toolbar_and_menus()
         self._connect_workspace()
@@ -115,8 +117,7 @@ class MainWindow(QMainWindow):
         for feature_id, feature in FEATURES:
             self.features[feature_id] = feature(space, self)
         self.resize(1560, 980)
-        if remember:
-            self._restore_layout()
+        self._layout_restored = remember and self._restore_layout()
         space.start(model, image)
 
     # ============================================================================================ building ====
@@ -142,7 +143,7 @@ class MainWindow(QMainWindow):
 
         self.tree_view = ModuleTreeView(self.tree_model)
         self.tree_view.menu_requested.connect(self._module_menu)
-        self.add_dock(DockSpec("modules", "Modules", "left"), self.tree_view)
+        self.add_dock(DockSpec("modules", "Modules", "left", scroll=False), self.tree_view)
         self.input_panel = InputPanel()
         self.input_panel.image_selected.connect(space.select_image)
         self.input_panel.step_requested.connect(space.step_image)
@@ -151,7 +152,7 @@ class MainWindow(QMainWindow):
         self.predictions.target_chosen.connect(space.set_target)
         self.add_dock(DockSpec("predictions", "Predictions", "right", below="input"), self.predictions)
         self.channel_view = ChannelView()
-        self.add_dock(DockSpec("channel", "Channel", "bottom", visible=False), self.channel_view)
+        self.add_dock(DockSpec("channel", "Channel", "bottom", visible=False, scroll=False), self.channel_view)
         # The tree keeps the full height on the left; the channel view spans the panels and the right column.
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
 
@@ -198,6 +199,12 @@ class MainWindow(QMainWindow):
     def add_dock(self, spec: DockSpec, widget: QWidget) -> QDockWidget:
         dock = QDockWidget(spec.title, self)
         dock.setObjectName(spec.id)
+        if spec.scroll:
+            frame = QScrollArea()
+            frame.setWidgetResizable(True)
+            frame.setFrameShape(QScrollArea.Shape.NoFrame)
+            frame.setWidget(widget)
+            widget = frame
         dock.setWidget(widget)
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
                          | QDockWidget.DockWidgetFeature.DockWidgetFloatable
@@ -458,14 +465,36 @@ class MainWindow(QMainWindow):
     def recent_files(self) -> list[str]:
         return read_list(app_settings(), "recent_files") if self.remembers else []
 
-    def _restore_layout(self) -> None:
+    def _restore_layout(self) -> bool:
         settings = app_settings()
         geometry, state = settings.value("window/geometry"), settings.value("window/state")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
+        restored = isinstance(state, QByteArray) and self.restoreState(state)
         self._docks["channel"].setVisible(False)
+        return bool(restored)
+
+    def fit_docks(self) -> None:
+        """Side columns in proportion to the window, so the panels keep most of a laptop screen: at 1024 px the
+        panel area keeps about 530 px (two panels side by side), at 1920 px about 1240."""
+        width = self.width()
+        left = int(min(max(width * 0.2, 240), 400))
+        right = int(min(max(width * 0.2, 230), 380))
+        self.resizeDocks([self._docks["modules"], self._docks["input"]], [left, right], Qt.Orientation.Horizontal)
+        height = self.height()
+        self.resizeDocks([self._docks["input"], self._docks["predictions"]],
+                         [int(height * 0.55), int(height * 0.45)], Qt.Orientation.Vertical)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._layout_restored and not self._docks_fitted:
+            self._docks_fitted = True
+            self.fit_docks()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._docks_fitted and not self._layout_restored and event.oldSize().width() > 0:
+            self.fit_docks()  # until the user has a saved layout of their own
 
     def save_screenshot(self, path: str) -> bool:
         return self.grab().save(path)

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, Signal
 from app.core.devices import available_devices
 from app.core.errors import DeviceError, HookscopeError, ImageError
 from app.core.hooks import HookInfo, HookRegistry
+from app.core.images import Preprocess
 from app.core.interventions import Intervention
 from app.core.models import DEFAULT_MODEL, LoadedModel
 from app.core.pictures import PanelSettings
@@ -73,6 +74,7 @@ class Workspace(QObject):
     hooks_changed = Signal(object)  # list of (path, kind, ticked); [] when edits or a device move changed hooks
     device_changed = Signal(str)
     weights_changed = Signal(str)
+    preprocess_changed = Signal(object)  # the Preprocess the loaded model is fed with from now on
     target_changed = Signal(object)
     image_requested = Signal(object)  # the ImageSource asked for (not yet run)
     image_list_changed = Signal()
@@ -90,8 +92,10 @@ class Workspace(QObject):
         device: str = "cpu",
         checks: list[str] | None = None,
         parent: QObject | None = None,
+        check_kinds: tuple[str, ...] = CHECK_KINDS,
     ) -> None:
         super().__init__(parent)
+        self.check_kinds = tuple(check_kinds)  # what a default or --check tick hooks
         self.weights = weights
         self.device = device if device in available_devices() else "cpu"
         self.requested_device = device
@@ -159,6 +163,18 @@ class Workspace(QObject):
             self.weights_changed.emit(weights)
             self.set_model(self.loaded.name if self.loaded else DEFAULT_MODEL, weights)
 
+    def set_preprocess(self, preprocess: Preprocess) -> None:
+        """Feed the loaded model with ``preprocess`` from now on (until another model loads), and run again.
+
+        ``loaded`` is replaced, not changed in place, so a run already in flight keeps the input it started with.
+        """
+        if self.loaded is None or preprocess == self.loaded.preprocess:
+            return
+        self.loaded = replace(self.loaded, preprocess=preprocess)
+        self.preprocess_changed.emit(preprocess)
+        self._dirty = True
+        self.request_run()
+
     def _apply_model(self, outcome: LoadOutcome) -> None:
         first = self.loaded is None
         previous = self.ticked_pairs()
@@ -177,7 +193,7 @@ class Workspace(QObject):
                 outcome.loaded.name, self.nodes)
             self._initial_checks = None
             self.missing_checks = [p for p in wanted if p not in paths]
-            pairs = [(p, k) for p in wanted if p in paths for k in CHECK_KINDS]
+            pairs = [(p, k) for p in wanted if p in paths for k in self.check_kinds]
             message = f"{outcome.loaded.name} loaded in {outcome.load_ms:.0f} ms"
         else:
             pairs = sorted(pair for pair in previous if pair[0] in paths)
@@ -186,7 +202,7 @@ class Workspace(QObject):
             if dropped:
                 message += f", {dropped} dropped (no such module)"
             if previous and not pairs:
-                pairs = [(p, k) for p in default_checks(outcome.loaded.name, self.nodes) for k in CHECK_KINDS]
+                pairs = [(p, k) for p in default_checks(outcome.loaded.name, self.nodes) for k in self.check_kinds]
                 message += "; ticked its default layers instead"
             message += self._carry_edits(previous_edits)
         self.model_message = message

@@ -15,9 +15,11 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
+from superqt import QElidingLabel
 
 from app.core.resources import colormap_lut
 
@@ -28,14 +30,14 @@ class InputPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.name = QLabel("No image yet")
+        self.name = QElidingLabel("No image yet")
         self.name.setObjectName("panelTitle")
-        self.name.setWordWrap(True)
-        self.description = QLabel("")
+        # One elided line each (full text in the tooltip): wrapped labels in a short dock paint over their neighbours.
+        self.description = QElidingLabel("")
         self.description.setObjectName("muted")
-        self.description.setWordWrap(True)
         self.view = pg.GraphicsLayoutWidget()
-        self.view.setMinimumHeight(200)
+        self.view.setMinimumSize(120, 120)
+        self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self._box = self.view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self._box.setMouseEnabled(False, False)
         self.image_item = pg.ImageItem()
@@ -89,7 +91,9 @@ class InputPanel(QWidget):
             self.saliency_item.setRect(0, 0, rgb.shape[1], rgb.shape[0])
         self.saliency_box.setEnabled(saliency is not None)
         self.name.setText(name)
+        self.name.setToolTip(name)
         self.description.setText(description)
+        self.description.setToolTip(description)
         if shape_changed:
             self._box.autoRange(padding=0.01)
 

@@ -24,6 +24,7 @@ class ModelChooser(QWidget):
         self.model_box = QSearchableComboBox()
         self.model_box.addItems(models)
         self.model_box.setMinimumWidth(150)
+        self.model_box.setMaximumWidth(240)
         self.model_box.setToolTip("The model: type to search the catalogue")
         self.model_box.textActivated.connect(self.model_chosen)
         self.weights_box = QComboBox()

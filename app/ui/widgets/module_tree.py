@@ -24,10 +24,11 @@ from app.core.hooks import FALLBACK, HookRegistry
 from app.core.pictures import KIND_LABELS, shape_text
 from app.core.tree import NOT_RUN_REASON, ModelSurvey, ModuleInfo
 
-NAME, ACTIVATIONS, INPUTS, GRADIENTS, TYPE, PARAMS, SHAPE = range(7)
+# The tick columns in the order the panels show the kinds: what goes in, what comes out, its gradient.
+NAME, INPUTS, ACTIVATIONS, GRADIENTS, TYPE, PARAMS, SHAPE = range(7)
 TICK_KINDS: dict[int, str] = {ACTIVATIONS: "forward", INPUTS: "pre", GRADIENTS: "backward"}
 KIND_COLUMNS: dict[str, int] = {kind: column for column, kind in TICK_KINDS.items()}
-HEADERS = ("Module", "Act", "In", "Grad", "Type", "Params", "Output shape")
+HEADERS = ("Module", "In", "Act", "Grad", "Type", "Params", "Output shape")
 HEADER_TIPS = {
     ACTIVATIONS: "Activations: the module's output, via register_forward_hook",
     INPUTS: "Inputs: what goes into the module, via register_forward_pre_hook",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTreeView, QVBoxLayout, QWidget
 
 from app.ui.widgets.module_tree import (
@@ -38,6 +39,7 @@ class ModuleTreeView(QWidget):
         self.tree = QTreeView()
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
+        self.tree.setIndentation(12)  # deep trees keep their names readable in a narrow dock
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -45,7 +47,7 @@ class ModuleTreeView(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for column, width in ((NAME, 150), (ACTIVATIONS, 34), (INPUTS, 30), (GRADIENTS, 38), (TYPE, 104),
+        for column, width in ((NAME, 150), (INPUTS, 30), (ACTIVATIONS, 34), (GRADIENTS, 38), (TYPE, 104),
                               (PARAMS, 50), (SHAPE, 110)):
             header.resizeSection(column, width)
         layout = QVBoxLayout(self)
@@ -81,12 +83,22 @@ class ModuleTreeView(QWidget):
                 index = self.proxy.mapFromSource(self.model.index_of(".".join(parts[:n])))
                 if index.isValid():
                     self.tree.expand(index)
-        self.tree.resizeColumnToContents(NAME)
-        header = self.tree.header()
-        header.resizeSection(NAME, min(max(header.sectionSize(NAME), 140), 300))
+        self.fit_name_column()
         if paths:
             self.tree.scrollTo(self.proxy.mapFromSource(self.model.index_of(paths[0])),
                                QAbstractItemView.ScrollHint.PositionAtCenter)
+
+    def fit_name_column(self) -> None:
+        """The name column as wide as its names, but never so wide that the tick columns leave a narrow dock."""
+        self.tree.resizeColumnToContents(NAME)
+        header = self.tree.header()
+        ticks = sum(header.sectionSize(column) for column in (INPUTS, ACTIVATIONS, GRADIENTS))
+        room = max(100, self.tree.viewport().width() - ticks - 4)
+        header.resizeSection(NAME, min(max(header.sectionSize(NAME), 100), 300, room))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_name_column()
 
     def _on_filter(self, text: str) -> None:
         self.proxy.set_text(text)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from superqt import QElidingLabel
 
 from app.core.capture import Prediction
 from app.core.compare import PredictionChange
@@ -101,11 +102,11 @@ class PredictionRow(QFrame):
         self.setObjectName("predictionRow")
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.index: int | None = None
-        self.label = QLabel("")
+        self.label = QElidingLabel("")
         self.label.setMinimumWidth(60)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
-        self.bar.setFixedWidth(90)
+        self.bar.setFixedWidth(50)
         self.bar.setFormat("")
         self.percent = QLabel("")
         self.percent.setMinimumWidth(48)
@@ -165,8 +166,8 @@ class PredictionsPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.rows = [PredictionRow() for _ in range(5)]
-        self.target_label = QLabel("Gradient target: top-1 class")
-        self.target_label.setWordWrap(True)
+        # Elided single lines (full text in the tooltip): wrapped labels in a short dock paint over their neighbours.
+        self.target_label = QElidingLabel("Gradient target: top-1 class")
         self.target_label.setObjectName("muted")
         self.top1_button = QPushButton("Use top-1")
         self.top1_button.setToolTip("Take gradients of whichever class scores highest")
@@ -176,13 +177,12 @@ class PredictionsPanel(QWidget):
         self.class_box.setToolTip("Class index to take gradients of")
         use_class = QPushButton("Use class")
         use_class.clicked.connect(lambda: self.target_chosen.emit(int(self.class_box.value())))
-        self.hint = QLabel("Click a class to take gradients of its score.")
+        self.hint = QElidingLabel("Click a class to take gradients of its score.")
         self.hint.setObjectName("muted")
-        self.hint.setWordWrap(True)
         self.changes: list[PredictionChange] = []
-        self.changes_label = QLabel("Change of each probability since the run without the interventions")
+        self.changes_label = QElidingLabel("Change of each probability since the run without the interventions")
+        self.changes_label.setToolTip(self.changes_label.text())
         self.changes_label.setObjectName("muted")
-        self.changes_label.setWordWrap(True)
         self.changes_label.setVisible(False)
         self.side_by_side = SideBySidePredictions()  # image A and image B, when B is set
         self.side_by_side.setVisible(False)
@@ -213,6 +213,7 @@ class PredictionsPanel(QWidget):
             prediction = top5[n] if n < len(top5) else None
             row.show_prediction(prediction, prediction is not None and prediction.index == target_index)
         self.target_label.setText(f"Gradient target: {target_text}")
+        self.target_label.setToolTip(self.target_label.text())
         if classes:
             self.class_box.setRange(0, classes - 1)
         self.hint.setText(
@@ -226,3 +227,11 @@ class PredictionsPanel(QWidget):
         for row in self.rows:
             row.show_change(by_index.get(row.index) if row.index is not None else None)
         self.changes_label.setVisible(bool(changes))
+
+    def show_side_by_side(self, both: tuple[str, list[Prediction], str, list[Prediction]] | None) -> None:
+        """The top-5 of image A and of image B next to each other (None: no image B)."""
+        if both is None or not both[1]:
+            self.side_by_side.setVisible(False)
+            return
+        self.side_by_side.show_both(*both)
+        self.side_by_side.setVisible(True)
