@@ -28,8 +28,9 @@ QFrame#recordPanel[current="true"] {{ border: 1px solid {ACCENT}; }}
 QLabel#panelTitle {{ font-weight: 600; }}
 QLabel#muted, QLabel#panelFooter {{ color: {MUTED}; }}
 QLabel#kindChip {{ color: white; border-radius: 3px; padding: 1px 6px; font-size: 11px; font-weight: 600; }}
-QLabel#notice {{ background: {WARNING_BG}; color: {WARNING_TEXT}; border: 1px solid #8a6d1e; border-radius: 4px;
-                 padding: 6px 10px; }}
+QLabel#notice, QFrame#notice {{ background: {WARNING_BG}; color: {WARNING_TEXT}; border: 1px solid #8a6d1e;
+                                border-radius: 4px; padding: 6px 10px; }}
+QFrame#notice QLabel {{ color: {WARNING_TEXT}; background: transparent; border: none; padding: 0; }}
 QLabel#emptyHint {{ color: {MUTED}; font-size: 15px; }}
 QFrame#predictionRow {{ border: 1px solid transparent; border-radius: 3px; }}
 QFrame#predictionRow:hover {{ background: {PANEL}; border: 1px solid {BORDER}; }}

@@ -2,7 +2,8 @@
 
 Real files (state_dicts, pickles, TorchScript, a model.py), real drops on the window, a real HTTP server on
 127.0.0.1 for the download; the questions a file raises (architecture, trust) are answered by replacing the one
-method that asks, never by a modal dialog.
+method that asks, never by a modal dialog. The features alone, without a window, are tested in
+tests/ui/test_model_files_feature.py, test_weights_download_feature.py and test_input_settings_feature.py.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from torch import nn
 from app.core import models as core_models
 from app.core.model_inputs import custom_preprocess
 from app.core.weights import WEIGHTS_URL_ENV
-from app.ui.features.input_settings import InputDialog
-from app.ui.features.open_model import ArchitectureDialog, guess_architecture
+from app.ui.features.input_settings import InputSettingsFeature
+from app.ui.features.open_model import ModelFilesFeature
+from app.ui.features.weights_download import WeightsDownloadFeature
 from app.ui.main_window import MainWindow
 
 RUN_TIMEOUT_MS = 120_000
@@ -64,6 +66,25 @@ class MarkerNet(nn.Module):
         Path(state["marker"]).write_text("unpickled")
 
 
+def model_files(window: MainWindow) -> ModelFilesFeature:
+    return window.features["model_files"]
+
+
+def weights_download(window: MainWindow) -> WeightsDownloadFeature:
+    return window.features["weights_download"]
+
+
+def input_settings(window: MainWindow) -> InputSettingsFeature:
+    return window.features["input_settings"]
+
+
+def recent_models_menu(window: MainWindow) -> list:
+    """File > Recent models as the user opens it (the submenu is filled when it is about to show)."""
+    menu = window.menus.actions["file.recent_models"].menu()
+    menu.aboutToShow.emit()
+    return menu.actions()
+
+
 def never(*args, **kwargs):
     raise AssertionError(f"this question must not be asked here: {args}")
 
@@ -76,27 +97,29 @@ def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window,
     saved = torchvision.models.resnet18().state_dict()
     path = tmp_path / "cats_finetuned.pth"
     torch.save(saved, path)
-    before = window.ticked_pairs()
+    before = window.workspace.ticked_pairs()
     asked = []
-    monkeypatch.setattr(window.model_files, "ask_architecture",
+    monkeypatch.setattr(model_files(window), "ask_architecture",
                         lambda file, keys: asked.append((file, keys)) or ("resnet18", False))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         drop_files(window, [path])
     assert asked == [(str(path), len(saved))]
-    loaded = window.loaded
+    loaded = window.workspace.loaded
     assert loaded.source == "state_dict" and loaded.model_file == str(path) and loaded.name == "resnet18"
     state = loaded.module.state_dict()
     assert set(state) == set(saved) and all(torch.equal(state[k], saved[k]) for k in saved)
-    assert window.ticked_pairs() == before  # the ticks carried over to the new model
-    assert window.last_outcome.result.records
+    assert window.workspace.ticked_pairs() == before  # the ticks carried over to the new model
+    assert window.workspace.last.result.records
 
     # File > Recent models opens it again without asking
-    monkeypatch.setattr(window.model_files, "ask_architecture", never)
-    actions = window.model_files.recent_menu.actions()
+    monkeypatch.setattr(model_files(window), "ask_architecture", never)
+    open_model = window.menus.actions["file.open_model"]
+    assert open_model.text() == "Open model…" and open_model.shortcut().toString() == "Ctrl+Shift+O"
+    actions = recent_models_menu(window)
     assert actions[0].text() == "cats_finetuned.pth as resnet18" and actions[0].toolTip() == str(path)
-    with qtbot.waitSignal(window.model_ready, timeout=RUN_TIMEOUT_MS):
+    with qtbot.waitSignal(window.workspace.model_changed, timeout=RUN_TIMEOUT_MS):
         actions[0].trigger()
-    assert window.loaded is not loaded and torch.equal(window.loaded.module.fc.weight, saved["fc.weight"])
+    assert window.workspace.loaded is not loaded and torch.equal(window.workspace.loaded.module.fc.weight, saved["fc.weight"])
 
 
 def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(window, qtbot, tmp_path, monkeypatch):
@@ -104,20 +127,22 @@ def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(window, qtbot, t
     saved = torchvision.models.resnet18(num_classes=10).state_dict()
     path = tmp_path / "ten_classes.pt"
     torch.save({"state_dict": saved}, path)
-    previous = window.loaded
+    previous = window.workspace.loaded
     answers = iter([("resnet18", False), ("resnet18", True)])
-    monkeypatch.setattr(window.model_files, "ask_architecture", lambda file, keys: next(answers))
+    monkeypatch.setattr(model_files(window), "ask_architecture", lambda file, keys: next(answers))
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
-        window.model_files.open(path)
+        model_files(window).open(path)
     message = shown.args[0]
     assert "does not fit resnet18" in message and "shape mismatch" in message and "fc.weight" in message
     assert "(10, 512)" in message and "non-strict" in message
-    assert window.loaded is previous  # nothing half-loaded: the previous model stays
+    assert window.workspace.loaded is previous  # nothing half-loaded: the previous model stays
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.model_files.open(path)
-    loaded = window.loaded
-    assert loaded is not previous and "Non-strict load" in loaded.notice and window.notice.isVisible()
+        model_files(window).open(path)
+    loaded = window.workspace.loaded
+    notice = weights_download(window)  # the notice row above the panels shows any notice of the loaded model
+    assert loaded is not previous and "Non-strict load" in loaded.notice and notice.row.isVisible()
+    assert notice.sentence.text() == loaded.notice
     assert torch.equal(loaded.module.layer1[0].conv1.weight, saved["layer1.0.conv1.weight"])
     assert loaded.module.fc.weight.shape == (1000, 512)
 
@@ -126,23 +151,23 @@ def test_a_pickled_model_opens_only_when_trusted(window, qtbot, tmp_path, monkey
     marker = tmp_path / "unpickled.marker"
     path = tmp_path / "whole_model.pt"
     torch.save(MarkerNet(marker), path)
-    previous, results = window.loaded, window.last_outcome
+    previous, results = window.workspace.loaded, window.workspace.last
     asked = []
-    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: asked.append((file, objects)) or False)
-    with qtbot.waitSignal(window.model_files.refused, timeout=RUN_TIMEOUT_MS) as refused:
+    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: asked.append((file, objects)) or False)
+    with qtbot.waitSignal(model_files(window).refused, timeout=RUN_TIMEOUT_MS) as refused:
         drop_files(window, [path])
     assert asked and asked[0][0] == str(path)
     assert any(name.endswith("MarkerNet") for name in asked[0][1])  # the dialog names what the file imports
     assert "not trusted" in refused.args[0] and "whole_model.pt" in window.last_error
     assert not marker.exists()  # nothing from the file ran
-    assert window.loaded is previous and window.last_outcome is results
+    assert window.workspace.loaded is previous and window.workspace.last is results
 
-    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: True)
+    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: True)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         drop_files(window, [path])
     assert marker.exists()
-    assert window.loaded.source == "pickle" and isinstance(window.loaded.module, MarkerNet)
-    assert window.last_outcome.result.records  # its default layers were ticked and ran
+    assert window.workspace.loaded.source == "pickle" and isinstance(window.workspace.loaded.module, MarkerNet)
+    assert window.workspace.last.result.records  # its default layers were ticked and ran
 
 
 def test_a_python_factory_runs_only_when_trusted(window, qtbot, tmp_path, monkeypatch):
@@ -153,22 +178,22 @@ def test_a_python_factory_runs_only_when_trusted(window, qtbot, tmp_path, monkey
         f"pathlib.Path({str(marker)!r}).touch()\n"
         "def build():\n    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3))\n"
     )
-    previous = window.loaded
+    previous = window.workspace.loaded
     trust = []
-    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: trust.append(file) or False)
-    with qtbot.waitSignal(window.model_files.refused, timeout=RUN_TIMEOUT_MS):
+    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: trust.append(file) or False)
+    with qtbot.waitSignal(model_files(window).refused, timeout=RUN_TIMEOUT_MS):
         drop_files(window, [code])
-    assert trust == [f"{code}:build"] and not marker.exists() and window.loaded is previous
+    assert trust == [f"{code}:build"] and not marker.exists() and window.workspace.loaded is previous
 
-    monkeypatch.setattr(window.model_files, "ask_trust", lambda file, objects: True)
+    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: True)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.model_files.open(code)
-    assert marker.exists() and window.loaded.source == "python"
+        model_files(window).open(code)
+    assert marker.exists() and window.workspace.loaded.source == "python"
     # a one-channel first convolution: a grayscale input was guessed, and the window says it is a guess
-    assert window.loaded.preprocess.channels == 1
-    assert window.last_outcome.result.input.shape == (1, 1, 224, 224)
-    assert "1 x 224 x 224, grayscale" in window.input_settings.requirements.text()
-    assert "guess" in window.input_settings.requirements.text()
+    assert window.workspace.loaded.preprocess.channels == 1
+    assert window.workspace.last.result.input.shape == (1, 1, 224, 224)
+    assert "1 x 224 x 224, grayscale" in input_settings(window).requirements.text()
+    assert "guess" in input_settings(window).requirements.text()
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
@@ -177,39 +202,21 @@ def test_torchscript_and_other_files_are_refused_and_the_results_stay(window, qt
     torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 3))).save(str(scripted))
     junk = tmp_path / "junk.pth"
     junk.write_bytes(b"these are not weights" * 100)
-    previous, results = window.loaded, window.last_outcome
+    previous, results = window.workspace.loaded, window.workspace.last
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
         drop_files(window, [scripted])
     assert "TorchScript" in shown.args[0] and "hooks" in shown.args[0] and "--" not in shown.args[0]
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
         drop_files(window, [junk])
     assert "not a PyTorch model or weights file" in shown.args[0]
-    assert window.loaded is previous and window.last_outcome is results
-    assert window.registry.handles()  # the previous hooks are still on the previous model
-
-
-def test_the_architecture_chooser_searches_and_guesses(qtbot, tmp_path):
-    dialog = ArchitectureDialog(str(tmp_path / "resnet50_finetuned.pth"), 320)
-    qtbot.addWidget(dialog)
-    assert dialog.architecture == "resnet50" and not dialog.non_strict
-    dialog.filter.setText("mobilenet v3")
-    shown = [dialog.list.item(n).text() for n in range(dialog.list.count()) if not dialog.list.item(n).isHidden()]
-    assert shown and all("mobilenet" in name and "v3" in name for name in shown)
-    assert dialog.architecture in shown
-    dialog.filter.setText("no such network")
-    assert dialog.architecture is None
-    assert guess_architecture("my_vit_b_16.pt", core_models.catalogue()) == "vit_b_16"
-    both = ["resnet50", "timm/resnet50", "timm/resnet50d", "resnet5"]  # torchvision's and timm's names side by side
-    assert guess_architecture("resnet50_finetuned.pth", both) == "resnet50"
-    assert guess_architecture("timm_resnet50.pth", both) == "timm/resnet50"
-    assert guess_architecture("resnet50d.bin", both) == "timm/resnet50d"
-    assert guess_architecture("weights.pt", both) is None
+    assert window.workspace.loaded is previous and window.workspace.last is results
+    assert window.workspace.registry.handles()  # the previous hooks are still on the previous model
 
 
 def test_timm_models_join_the_model_list_when_timm_is_installed(make_window, qtbot, monkeypatch):
     monkeypatch.setattr(core_models, "timm_catalogue", lambda: ["timm/tiny_fake_net"])
     window = make_window()
-    names = [window.model_box.itemText(n) for n in range(window.model_box.count())]
+    names = [window.chooser.model_box.itemText(n) for n in range(window.chooser.model_box.count())]
     assert "timm/tiny_fake_net" in names and "resnet18" in names
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
@@ -219,36 +226,17 @@ def test_timm_models_join_the_model_list_when_timm_is_installed(make_window, qtb
 
 
 def test_input_settings_change_what_the_model_is_fed(window, qtbot, monkeypatch):
-    assert window.last_outcome.result.input.shape == (1, 3, 224, 224)
-    assert "the weights' own transforms" in window.input_settings.requirements.text()
-    monkeypatch.setattr(window.input_settings, "ask_input",
+    assert window.workspace.last.result.input.shape == (1, 3, 224, 224)
+    assert "the weights' own transforms" in input_settings(window).requirements.text()
+    monkeypatch.setattr(input_settings(window), "ask_input",
                         lambda loaded: custom_preprocess(size=160, mean=[0.5], std=[0.25]))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.input_settings.button.click()
-    result = window.last_outcome.result
+        input_settings(window).button.click()
+    result = window.workspace.last.result
     assert result.input.shape == (1, 3, 160, 160)
-    assert window.loaded.preprocess.mean == (0.5, 0.5, 0.5)
-    text = window.input_settings.requirements.text()
+    assert window.workspace.loaded.preprocess.mean == (0.5, 0.5, 0.5)
+    text = input_settings(window).requirements.text()
     assert "3 x 160 x 160" in text and "set with Input…" in text
-
-
-def test_the_input_dialog_reads_and_checks_its_values(qtbot):
-    own = custom_preprocess()
-    dialog = InputDialog(own, own, model_channels=3)
-    qtbot.addWidget(dialog)
-    assert dialog.size.value() == 224 and dialog.mean.text() == "0.485, 0.456, 0.406"
-    dialog.size.setValue(96)
-    dialog.channels.setCurrentIndex(dialog.channels.findData(1))
-    assert "3 channel(s)" in dialog.message.text()  # the model's first convolution wants RGB
-    dialog.mean.setText("0.5")
-    dialog.std.setText("0.2")
-    assert dialog.preprocess() == custom_preprocess(size=96, mean=[0.5], std=[0.2], channels=1)
-    dialog.std.setText("0.2, x")
-    dialog.accept()
-    assert dialog.result_preprocess is None and "not a list of numbers" in dialog.message.text()
-    dialog.std.setText("0")
-    dialog.accept()
-    assert dialog.result_preprocess is None and "above 0" in dialog.message.text()
 
 
 # ---- downloading pretrained weights -------------------------------------------------------------------------
@@ -331,17 +319,23 @@ def _untrained_window(make_window, qtbot) -> MainWindow:
     window = make_window(model=SMALL, weights="default")
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    assert not window.loaded.pretrained and window.notice.isVisible()
+    notice = weights_download(window)
+    assert not window.workspace.loaded.pretrained and notice.row.isVisible()
+    assert notice.sentence.text() == (
+        "Showing SqueezeNet 1.1 with random weights: its pretrained weights are not on this computer."
+    )
+    assert window.chooser.weights_box.currentText() == "Random weights (seed 0)"  # what is in use, in the toolbar
     return window
 
 
 def test_download_button_fetches_the_weights_with_progress_then_uses_them(make_window, qtbot, served, hub):
     name, body = served
     window = _untrained_window(make_window, qtbot)
-    download = window.weights_download
-    assert download.bar.isVisible() and download.download_button.text() == "Download (5 MB)"
+    download = weights_download(window)
+    assert download.download_button.isVisible() and download.download_button.text() == "Download (5 MB)"
     texts, values = [], []
-    download.progressed.connect(lambda *_: (texts.append(download.transfer.text()), values.append(download.progress.value())))
+    download.progressed.connect(lambda *_: (texts.append(download.transfer.text()),
+                                            values.append(download.progress.value())))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(download.download_button, Qt.MouseButton.LeftButton)
         qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS).wait()
@@ -349,21 +343,22 @@ def test_download_button_fetches_the_weights_with_progress_then_uses_them(make_w
     assert values and values[-1] == 1000
     assert any("MB/s" in text and f"of {len(body) / 1e6:.1f} MB" in text for text in texts)
     assert _files(hub) == [name]
-    loaded = window.loaded
+    loaded = window.workspace.loaded
     assert loaded.pretrained and loaded.weights == "default" and loaded.name == SMALL
     torch.manual_seed(4)
     expected = torchvision.models.get_model(SMALL, weights=None)
     assert torch.equal(loaded.module.classifier[1].weight, expected.classifier[1].weight)
-    assert not window.notice.isVisible() and not download.bar.isVisible()
-    assert window.last_outcome.result.records  # ran again with the weights
+    assert not download.row.isVisible()
+    assert window.workspace.last.result.records  # ran again with the weights
+    assert window.chooser.weights_box.currentText() == "Pretrained (ImageNet, torchvision)"
 
 
 def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(make_window, qtbot, served, hub, server):
     name, body = served
     server.files[f"/mirror/{name}"] = ("drip", body)
     window = _untrained_window(make_window, qtbot)
-    download = window.weights_download
-    previous = window.loaded
+    download = weights_download(window)
+    previous = window.workspace.loaded
 
     def cancel_once_started(done, total, speed):
         if done > 0:
@@ -374,7 +369,7 @@ def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(make
         download.download_button.click()
     assert finished.args[0] == "cancelled" and "nothing was saved" in finished.args[1]
     assert _files(hub) == []  # neither the weights nor a partial file
-    assert window.loaded is previous and not window.loaded.pretrained
+    assert window.workspace.loaded is previous and not window.workspace.loaded.pretrained
     assert download.download_button.isVisible() and not download.progress.isVisible()
 
 
@@ -384,12 +379,15 @@ def test_offline_download_is_one_sentence_and_the_untrained_model_stays(make_win
         port = probe.getsockname()[1]
     monkeypatch.setenv(WEIGHTS_URL_ENV, f"http://127.0.0.1:{port}/models")
     window = _untrained_window(make_window, qtbot)
-    previous = window.loaded
-    with qtbot.waitSignal(window.weights_download.finished, timeout=RUN_TIMEOUT_MS) as finished:
-        window.weights_download.start()
+    previous = window.workspace.loaded
+    with qtbot.waitSignal(weights_download(window).finished, timeout=RUN_TIMEOUT_MS) as finished:
+        weights_download(window).start()
     assert finished.args[0] == "failed"
     message = finished.args[1]
     assert "you appear to be offline" in message and "\n" not in message
-    assert "you appear to be offline" in window.notice.text() and "untrained" in window.notice.text()
-    assert window.loaded is previous and _files(hub) == []
-    assert window.weights_download.download_button.text().startswith("Try again")
+    notice = weights_download(window)
+    assert "failed" in notice.sentence.text() and "random weights" in notice.sentence.text()
+    assert notice.details.isVisible() and "you appear to be offline" in notice.details.text()
+    assert window.last_error == message
+    assert window.workspace.loaded is previous and _files(hub) == []
+    assert weights_download(window).download_button.text().startswith("Try again")

@@ -1,95 +1,48 @@
-"""Opening a model from a file in the window: File > Open model…, dropped model files, File > Recent models.
+"""Opening a model from a file: File > Open model…, dropped model files, File > Recent models.
 
 What the file is decides what is asked (see ``app/core/model_files.py``): a state_dict needs the architecture it
-belongs to (a searchable chooser with a non-strict option), a pickled model or a Python factory runs code and so
-needs the user's explicit trust (a warning naming the file and the Python objects it would import, Cancel being
-the default), TorchScript and files that are none of these are refused with the reason. Every question goes
-through one ``ask_*`` method, so tests answer it without a modal dialog. Loading runs on the window's worker like
-any model switch: the ticked modules carry over where their paths exist, and a failure keeps the previous model.
+belongs to (``ArchitectureDialog``: a searchable chooser with a non-strict option), a pickled model or a Python
+factory runs code and so needs the user's explicit trust (``trust_dialog``: the file and the Python objects it
+would import, Cancel being the default), TorchScript and files that are none of these are refused with the reason.
+Every question goes through one ``ask_*`` method, so tests answer it without a modal dialog.
+
+Loading is ``app.core.pipeline.open_model`` on the workspace's worker (``Workspace.load_model_with``), like any
+model switch: the ticks carry over where their paths exist, and a failure keeps the previous model.
 """
 
 from __future__ import annotations
 
 import ast
-import html
 import json
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QDialog,
-    QDialogButtonBox,
-    QFileDialog,
-    QInputDialog,
-    QLabel,
-    QLineEdit,
-    QListWidget,
-    QMenu,
-    QMessageBox,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from app.core.errors import HookscopeError
-from app.core.model_files import (
-    MODEL_FILE_SUFFIXES,
-    ArchitectureRequired,
-    TrustRequired,
-    open_model_file,
-    split_factory,
-)
-from app.core.models import LoadedModel, catalogue
-from app.core.session import file_sha256
-from app.core.tree import module_tree
+from app.core.model_files import MODEL_FILE_SUFFIXES, ArchitectureRequired, TrustRequired, split_factory
+from app.core.models import LoadedModel
+from app.core.pipeline import ModelSource, open_model
+from app.ui.actions.specs import ActionSpec
+from app.ui.dialogs.architecture_dialog import ask_architecture
+from app.ui.dialogs.trust_dialog import ask_trust
+from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
 from app.ui.state.settings import app_settings, read_list
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+from app.ui.state.workspace import Workspace
+from app.ui.words import window_words
 
 RECENT_MODELS_KEY = "recent_models"
+MODEL_FOLDER_KEY = "model_folder"  # the folder of the last model file opened with the dialog
 RECENT_LIMIT = 10
 MODEL_FILE_FILTER = "Model files (" + " ".join(f"*{s}" for s in MODEL_FILE_SUFFIXES) + ");;All files (*)"
-# The command line's words in engine messages, and what the window calls the same thing.
-_WINDOW_WORDS = (
-    (
-        "a state_dict with --arch NAME, a model.py:build factory (with --weights FILE), or a pickled nn.Module with "
-        "--trust",
-        "a state_dict, a model.py file with a function that builds the model, or a pickled nn.Module "
-        "(File > Open model…)",
-    ),
-    ("(--model-file model.py:build --weights FILE)", "(a model.py file with a function that builds the model)"),
-    ("--model-file model.py:build --weights FILE", "a model.py file with a function that builds the model"),
-    ("the state_dict with --arch NAME", "the state_dict and choose its architecture"),
-    (" with --arch NAME", ""),
-    ("pass --trust if you trust its author", "confirm that you trust its author"),
-)
-
-
-def window_words(message: str) -> str:
-    """An engine message with its command-line hints (``--arch NAME``, ``--trust``) in the window's words."""
-    for cli, gui in _WINDOW_WORDS:
-        message = message.replace(cli, gui)
-    return message
 
 
 def is_model_file(path: str | os.PathLike) -> bool:
     """Whether a dropped file is opened as a model (rather than as an image)."""
     file, _ = split_factory(path)
     return file.suffix.lower() in MODEL_FILE_SUFFIXES
-
-
-def execute_load_with(generation: int, work: Callable[[], LoadedModel]) -> LoadOutcome:
-    """Run ``work`` (it opens a model some other way than by catalogue name) and build its module tree."""
-    start = time.perf_counter()
-    loaded = work()
-    nodes = module_tree(loaded.module)
-    return LoadOutcome(generation, loaded, nodes, (time.perf_counter() - start) * 1000)
 
 
 def factory_names(file: Path) -> list[str]:
@@ -105,167 +58,86 @@ def factory_names(file: Path) -> list[str]:
     ]
 
 
-def guess_architecture(path: str, names: list[str]) -> str | None:
-    """The longest catalogue name inside the file name (``resnet18_finetuned.pth`` -> ``resnet18``), if any; the
-    torchvision model before timm's of the same name (``timm/resnet50``), unless the file name says timm."""
-    stem = Path(path).name.lower()
-    hits = [name for name in names if name.split("/")[-1].lower() in stem]
-    wants_timm = "timm" in stem
-    return max(hits, key=lambda name: (len(name.split("/")[-1]), name.startswith("timm/") == wants_timm), default=None)
+def recent_label(entry: dict) -> str:
+    """A recent-models entry as the menu shows it: ``cats.pth as resnet18``, ``model.py:build``, ``resnet50``."""
+    if not entry.get("spec"):
+        return str(entry.get("name", ""))
+    file, factory = split_factory(str(entry["spec"]))
+    label = file.name + (f":{factory}" if factory else "")
+    if entry.get("arch"):
+        label += f" as {entry['arch']}" + ("" if entry.get("strict", True) else " (non-strict)")
+    return label
 
 
-class ArchitectureDialog(QDialog):
-    """Which architecture a state_dict belongs to: a searchable list of the catalogue, and a non-strict option."""
+class ModelFilesFeature(QObject):
+    """Opening model files (asking what a file needs) and the recent models."""
 
-    def __init__(self, path: str, keys: int, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Which architecture are these weights for?")
-        self.setObjectName("architectureDialog")
-        self.resize(520, 560)
-        names = catalogue(include_timm=True)
-        intro = QLabel(
-            f"<b>{Path(path).name}</b> holds only weights ({keys} tensors), not the model's code. "
-            "Choose the architecture they belong to; Hookscope builds it and loads the weights into it."
-        )
-        intro.setWordWrap(True)
-        self.filter = QLineEdit()
-        self.filter.setPlaceholderText("Type to search the catalogue (e.g. resnet)")
-        self.filter.setClearButtonEnabled(True)
-        self.list = QListWidget()
-        self.list.addItems(names)
-        self.non_strict_box = QCheckBox("Non-strict load: load the tensors that fit and list the rest")
-        self.non_strict_box.setToolTip(
-            "Off (the default): nothing is loaded unless every key and shape fits; the mismatches are listed."
-        )
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel)
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        self.filter.textChanged.connect(self._on_filter)
-        self.list.currentTextChanged.connect(self._update_buttons)
-        self.list.itemDoubleClicked.connect(lambda *_: self.accept())
-        layout = QVBoxLayout(self)
-        layout.addWidget(intro)
-        layout.addWidget(self.filter)
-        layout.addWidget(self.list, 1)
-        layout.addWidget(self.non_strict_box)
-        layout.addWidget(self.buttons)
-        guess = guess_architecture(path, names)
-        if guess is not None:
-            self.select(guess)
-        self._update_buttons()
-        self.filter.setFocus()
-
-    @property
-    def architecture(self) -> str | None:
-        item = self.list.currentItem()
-        return item.text() if item is not None and not item.isHidden() else None
-
-    @property
-    def non_strict(self) -> bool:
-        return self.non_strict_box.isChecked()
-
-    def select(self, name: str) -> bool:
-        found = self.list.findItems(name, Qt.MatchFlag.MatchExactly)
-        if not found:
-            return False
-        self.list.setCurrentItem(found[0])
-        self.list.scrollToItem(found[0], QListWidget.ScrollHint.PositionAtCenter)
-        return True
-
-    def _on_filter(self, text: str) -> None:
-        words = text.lower().split()
-        first = None
-        for row in range(self.list.count()):
-            item = self.list.item(row)
-            hidden = not all(word in item.text().lower() for word in words)
-            item.setHidden(hidden)
-            if not hidden and first is None:
-                first = item
-        current = self.list.currentItem()
-        if (current is None or current.isHidden()) and first is not None:
-            self.list.setCurrentItem(first)
-        self._update_buttons()
-
-    def _update_buttons(self, *_: object) -> None:
-        self.buttons.button(QDialogButtonBox.StandardButton.Open).setEnabled(self.architecture is not None)
-
-
-def trust_box(path: str, objects: tuple[str, ...], parent: QWidget | None = None) -> QMessageBox:
-    """The warning before code from a file runs: what the file is, what it would import; Cancel is the default."""
-    file, factory = split_factory(path)
-    box = QMessageBox(parent)
-    box.setIcon(QMessageBox.Icon.Warning)
-    box.setWindowTitle("Run code from this file?")
-    box.setTextFormat(Qt.TextFormat.RichText)
-    name = html.escape(file.name)
-    if factory is not None:
-        box.setText(f"Opening <b>{name}</b> imports it and calls <code>{html.escape(factory)}()</code>: "
-                    "the Python code in the file runs on this computer.")
-    else:
-        box.setText(f"<b>{name}</b> holds a pickled Python model. Opening it unpickles it, which can run any "
-                    "code the file names on this computer.")
-    parts = [f"<p>{html.escape(str(file))}</p>"]
-    if objects:
-        listed = "<br>".join(html.escape(o) for o in objects[:12])
-        more = f"<br>… and {len(objects) - 12} more" if len(objects) > 12 else ""
-        parts.append(f"<p>The file would import these Python objects:<br><code>{listed}{more}</code></p>")
-    parts.append("<p>Open it only if you trust the person who made it.</p>")
-    box.setInformativeText("".join(parts))
-    box.trust_button = box.addButton("I trust this file", QMessageBox.ButtonRole.AcceptRole)
-    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
-    box.setDefaultButton(cancel)
-    box.setEscapeButton(cancel)
-    return box
-
-
-class ModelFiles(QObject):
-    """The window's model files: opening one (asking what the file needs), and remembering recent models."""
-
+    id = "model_files"
     refused = Signal(str)  # a file was not opened: the reason (not trusted, no architecture chosen, an error)
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self._window = window
-        self.file_hashes: dict[str, str] = {}  # model file (or model.py:build) -> SHA-256 when it was opened
-        self._opened: dict[int, dict] = {}  # id(LoadedModel) -> its recent-models entry
-        self.recent_menu = QMenu("Recent models", window)
-        self.open_action = None
-        window.model_ready.connect(self._on_model_ready)
-        self.rebuild_recent_menu()
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        super().__init__()
+        self.workspace = workspace
+        self.host = host
+        self.last_folder: str | None = None  # the dialog's folder in this session (also kept when host.remembers)
+        self._opened: dict[int, dict] = {}  # id(LoadedModel) -> its recent-models entry, until it is on screen
+        host.add_actions([
+            ActionSpec("file.open_model", "Open model…", "File", self.open_dialog, group=30, order=10,
+                       shortcut="Ctrl+Shift+O",
+                       tooltip="Open a state_dict, a pickled model or a model.py file that builds the model"),
+            ActionSpec("file.recent_models", "Recent models", "File", group=30, order=20,
+                       populate=self.fill_recent_menu, tooltip="Models and model files opened before"),
+        ])  # fmt: skip
+        host.add_drop_handler(self.open_dropped)
+        workspace.model_changed.connect(self._on_model_changed)
 
     # ---- questions (tests replace these) ------------------------------------------------------------------
     def ask_model_file(self) -> str | None:
-        files = self._recent_files()
-        start = str(split_factory(files[0]["spec"])[0].parent) if files else os.path.expanduser("~")
-        path, _ = QFileDialog.getOpenFileName(self._window, "Open model", start, MODEL_FILE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open model", self.start_folder(),
+                                              MODEL_FILE_FILTER)
         return path or None
 
     def ask_architecture(self, path: str, keys: int) -> tuple[str, bool] | None:
         """(architecture, non-strict) for a state_dict, or None when the user cancels."""
-        dialog = ArchitectureDialog(path, keys, self._window)
-        if dialog.exec() != QDialog.DialogCode.Accepted or dialog.architecture is None:
-            return None
-        return dialog.architecture, dialog.non_strict
+        return ask_architecture(path, keys, self.host.dialog_parent())
 
     def ask_trust(self, path: str, objects: tuple[str, ...]) -> bool:
         """Whether the user trusts ``path`` enough to run code from it (Cancel is the default answer)."""
-        box = trust_box(path, objects, self._window)
-        box.exec()
-        return box.clickedButton() is box.trust_button
+        return ask_trust(path, objects, self.host.dialog_parent())
 
     def ask_factory(self, file: Path, names: list[str]) -> str | None:
         """The function in a Python file that builds the model."""
-        if not names:
-            names = ["build"]
-        name, ok = QInputDialog.getItem(self._window, "Open Python model",
-                                        f"The function in {file.name} that returns the model:", names, 0, True)
+        name, ok = QInputDialog.getItem(self.host.dialog_parent(), "Open Python model",
+                                        f"The function in {file.name} that returns the model:", names or ["build"],
+                                        0, True)
         return name.strip() if ok and name.strip() else None
 
     # ---- opening ------------------------------------------------------------------------------------------
+    def start_folder(self) -> str:
+        """Where the Open model dialog starts: the last folder used, else the user's home."""
+        folder = self.last_folder
+        if folder is None and self.host.remembers:
+            folder = str(app_settings().value(MODEL_FOLDER_KEY, "") or "")
+        return folder if folder and os.path.isdir(folder) else os.path.expanduser("~")
+
     def open_dialog(self) -> None:
         path = self.ask_model_file()
-        if path:
-            self.open(path)
+        if not path:
+            return
+        self.last_folder = os.path.dirname(os.path.abspath(path))
+        if self.host.remembers:
+            app_settings().setValue(MODEL_FOLDER_KEY, self.last_folder)
+        self.open(path)
+
+    def open_dropped(self, paths: list[str]) -> list[str]:
+        """The drop handler: opens the first model file; returns the paths that are not model files."""
+        models = [p for p in paths if is_model_file(p)]
+        if models:
+            self.open(models[0])
+            if len(models) > 1:
+                self.host.show_status(f"Opened {os.path.basename(models[0])}; drop one model file at a time "
+                                      f"({len(models) - 1} more left out).", 8000)
+        return [p for p in paths if p not in models]
 
     def open(self, spec: str | os.PathLike, arch: str | None = None, trust: bool = False, strict: bool = True) -> None:
         """Open ``spec`` (a weights or model file, or ``model.py:build``) in the background; asks what it needs."""
@@ -278,57 +150,57 @@ class ModelFiles(QObject):
                 self._refuse(f"{file.name} was not opened: no function to build the model was chosen.")
                 return
             spec = f"{file}:{factory}"
+        source = ModelSource(file=spec, arch=arch, trust=trust, non_strict=not strict)
         entry = {"spec": spec, "arch": arch, "strict": strict}
-        hashes, opened = self.file_hashes, self._opened
+        opened = self._opened
 
         def work() -> LoadedModel:  # on the worker thread
-            loaded = open_model_file(spec, arch=arch, trust=trust, strict=strict)
-            hashes[loaded.model_file] = file_sha256(file)
+            loaded = open_model(source, hash_file=True)
             opened[id(loaded)] = entry
             return loaded
 
-        self._window.load_model_with(
-            file.name if factory is None else f"{file.name}:{factory}",
-            work,
-            failed=lambda error: self._on_failed(spec, arch, trust, strict, error),
-        )
+        self.workspace.load_model_with(source.label, work, failed=lambda error: self._on_failed(source, error))
 
-    def _on_failed(self, spec: str, arch: str | None, trust: bool, strict: bool, error: BaseException) -> bool:
+    def _on_failed(self, source: ModelSource, error: BaseException) -> bool:
         """Questions a file raises are asked once the failed load is done with (not inside the worker's signal)."""
         if isinstance(error, ArchitectureRequired):
-            QTimer.singleShot(0, lambda: self._answer_architecture(spec, trust, error))
+            QTimer.singleShot(0, lambda: self._answer_architecture(source, error))
             return True
         if isinstance(error, TrustRequired):
-            QTimer.singleShot(0, lambda: self._answer_trust(spec, arch, strict, error))
+            QTimer.singleShot(0, lambda: self._answer_trust(source, error))
             return True
         if isinstance(error, HookscopeError):
-            self._window.show_error(window_words(str(error)))
-            self.refused.emit(str(error))
+            message = window_words(str(error))
+            self.host.show_error(message)
+            self.refused.emit(message)
             return True
-        return False  # a bug: the window shows it with its traceback on stderr
+        return False  # a bug: the workspace shows it with its traceback on stderr
 
-    def _answer_architecture(self, spec: str, trust: bool, error: ArchitectureRequired) -> None:
+    def _answer_architecture(self, source: ModelSource, error: ArchitectureRequired) -> None:
         answer = self.ask_architecture(error.path, error.keys)
         if answer is None:
             self._refuse(f"{Path(error.path).name} was not opened: no architecture was chosen.")
             return
         arch, non_strict = answer
-        self.open(spec, arch, trust, strict=not non_strict)
+        self.open(source.file, arch, source.trust, strict=not non_strict)
 
-    def _answer_trust(self, spec: str, arch: str | None, strict: bool, error: TrustRequired) -> None:
+    def _answer_trust(self, source: ModelSource, error: TrustRequired) -> None:
         if self.ask_trust(error.path, error.objects):
-            self.open(spec, arch, trust=True, strict=strict)
+            self.open(source.file, source.arch, trust=True, strict=source.strict)
         else:
-            self._refuse(f"{split_factory(spec)[0].name} was not opened: it would run code, and it was not trusted.")
+            self._refuse(f"{split_factory(source.file)[0].name} was not opened: it would run code, and it was not "
+                         "trusted.")
 
     def _refuse(self, message: str) -> None:
-        self._window.show_error(message, dialog=False)
+        self.host.show_error(message, dialog=False)
         self.refused.emit(message)
 
     # ---- recent models ------------------------------------------------------------------------------------
     def recent_entries(self) -> list[dict]:
+        """The recent models, newest first: ``{"spec", "arch", "strict"}`` for files, ``{"name"}`` for the
+        catalogue (nothing when the host does not remember)."""
         entries = []
-        for text in read_list(app_settings(), RECENT_MODELS_KEY) if self._window.remembers else []:
+        for text in read_list(app_settings(), RECENT_MODELS_KEY) if self.host.remembers else []:
             try:
                 entry = json.loads(text)
             except ValueError:
@@ -337,38 +209,31 @@ class ModelFiles(QObject):
                 entries.append(entry)
         return entries
 
-    def _recent_files(self) -> list[dict]:
-        return [entry for entry in self.recent_entries() if entry.get("spec")]
+    def open_recent(self, entry: dict) -> None:
+        if entry.get("spec"):
+            self.open(entry["spec"], entry.get("arch"), strict=entry.get("strict", True))
+        else:
+            self.workspace.set_model(str(entry["name"]))
 
-    def _on_model_ready(self) -> None:
-        loaded = self._window.loaded
-        if loaded is None:
-            return
+    def fill_recent_menu(self, menu: QMenu) -> None:
+        """The Recent models submenu, filled each time it opens."""
+        entries = self.recent_entries()
+        for entry in entries:
+            action = menu.addAction(recent_label(entry))
+            if entry.get("spec"):
+                action.setToolTip(str(entry["spec"]))
+            action.triggered.connect(lambda *_, e=entry: self.open_recent(e))
+        if not entries:
+            menu.addAction("No recent models").setEnabled(False)
+
+    def _on_model_changed(self, outcome: LoadOutcome) -> None:
+        loaded = outcome.loaded
         entry = self._opened.pop(id(loaded), None)
         self._opened.clear()
         if entry is None and loaded.source in ("catalogue", "timm"):
             entry = {"name": loaded.name}
-        if entry is None or not self._window.remembers:
+        if entry is None or not self.host.remembers:
             return
         text = json.dumps(entry, sort_keys=True)
         entries = [text] + [e for e in read_list(app_settings(), RECENT_MODELS_KEY) if e != text]
         app_settings().setValue(RECENT_MODELS_KEY, entries[:RECENT_LIMIT])
-        self.rebuild_recent_menu()
-
-    def rebuild_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        entries = self.recent_entries()
-        for entry in entries:
-            if entry.get("spec"):
-                spec = str(entry["spec"])
-                label = split_factory(spec)[0].name + (f":{split_factory(spec)[1]}" if split_factory(spec)[1] else "")
-                if entry.get("arch"):
-                    label += f" as {entry['arch']}" + ("" if entry.get("strict", True) else " (non-strict)")
-                action = self.recent_menu.addAction(label)
-                action.setToolTip(spec)
-                action.triggered.connect(lambda *_, e=entry: self.open(e["spec"], e.get("arch"),
-                                                                        strict=e.get("strict", True)))
-            else:
-                action = self.recent_menu.addAction(str(entry["name"]))
-                action.triggered.connect(lambda *_, n=str(entry["name"]): self._window.set_model(n))
-        self.recent_menu.setEnabled(bool(entries))

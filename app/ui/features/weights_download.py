@@ -1,25 +1,68 @@
-"""The "pretrained weights are missing" banner's Download button: a background download with a progress bar.
+"""The notice above the panels, and the Download button when the loaded model's pretrained weights are missing.
 
-The download runs on a worker of its own (a superqt ``FunctionWorker``), not on the window's job runner, so runs
+One plain sentence says what is shown ("Showing ResNet-18 with random weights: its pretrained weights are not on
+this computer.") next to **Download (45 MB)**; where the weights are kept, and the environment variables that move
+the cache or the download, are behind a Details toggle. Any other notice of the loaded model (a non-strict load,
+timm's missing weights) takes the same row, without a button.
+
+The download runs on a worker of its own (a superqt ``FunctionWorker``), not on the workspace's scheduler, so runs
 on the untrained model go on meanwhile. ``app.core.weights.download_weights`` does the work (verified,
 all-or-nothing); progress arrives by signal from the worker thread, Cancel sets a flag it polls between chunks.
-On success the model is loaded again with its weights (the ticks carry over) and runs; on failure the one
-sentence from the engine is shown and the untrained model stays.
+On success the model loads again with its weights (``Workspace.set_model(name, "default")``: the ticks carry
+over, a run follows); on failure the engine's sentence is shown in Details and the untrained model stays.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
 
 import torchvision
-from PySide6.QtCore import QObject, QThreadPool, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton
+from PySide6.QtCore import QObject, Qt, QThreadPool, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QVBoxLayout
 from superqt.utils import FunctionWorker, create_worker
 
-from app.core.weights import DownloadCancelled, download_weights, is_cached
+from app.core.models import TIMM_PREFIX, LoadedModel, default_weights_file
+from app.core.weights import WEIGHTS_URL_ENV, DownloadCancelled, checkpoints_dir, download_weights, is_cached
+from app.ui.host import Host
+from app.ui.state.requests import LoadOutcome
+from app.ui.state.workspace import RunFailure, Workspace
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+# Catalogue names in the words of the papers: "resnet18" -> "ResNet-18", "squeezenet1_1" -> "SqueezeNet 1.1".
+_FAMILIES = {
+    "alexnet": "AlexNet", "convnext": "ConvNeXt", "densenet": "DenseNet", "efficientnet": "EfficientNet",
+    "googlenet": "GoogLeNet", "inception": "Inception", "maxvit": "MaxViT", "mnasnet": "MNASNet",
+    "mobilenet": "MobileNet", "regnet": "RegNet", "resnet": "ResNet", "resnext": "ResNeXt", "shufflenet": "ShuffleNet",
+    "squeezenet": "SqueezeNet", "swin": "Swin", "vgg": "VGG", "vit": "ViT", "wide_resnet": "Wide ResNet",
+}  # fmt: skip
+_VERSIONED = ("squeezenet", "mnasnet")  # the number is a version or a width: "SqueezeNet 1.1", "MNASNet 0.75"
+_WORDS = ("small", "large", "tiny", "base")
+
+
+def model_title(name: str) -> str:
+    """``name`` as people write it ("ResNet-18", "ViT-B/16", "MobileNet V3 Small"); other names unchanged."""
+    match = re.fullmatch(r"(wide_resnet|[a-z]+)(\d+)?(?:_([a-z0-9_]+))?", name)
+    if match is None or match.group(1) not in _FAMILIES:
+        return name
+    stem, number, rest = match.groups()
+    parts = rest.split("_") if rest else []
+    if stem == "vit" and len(parts) == 2:
+        return f"ViT-{parts[0].upper()}/{parts[1]}"
+    merged: list[str] = []
+    for part in parts:  # "x1", "0" -> "x1.0"; "1", "6gf" -> "1.6gf"
+        if merged and merged[-1][-1:].isdigit() and part[:1].isdigit():
+            merged[-1] += "." + part
+        else:
+            merged.append(part)
+    title = _FAMILIES[stem]
+    if number and stem in _VERSIONED:
+        title += f" {number}" + (f".{merged.pop(0)}" if merged and merged[0].isdigit() else "")
+    elif number:
+        title += f"-{number}" + (f"-{merged.pop()}" if merged and merged[-1].isdigit() else "")
+    words = [
+        w.title() if w in _WORDS else w.upper() if re.fullmatch(r"[a-z]{1,2}\d?|v\d|[\d.]+[mg]f", w) else w
+        for w in merged
+    ]
+    return " ".join([title, *words])
 
 
 def weights_size_mb(name: str) -> float | None:
@@ -37,51 +80,87 @@ def transfer_text(done: int, total: int | None, speed: float) -> str:
     return f"{amount} · {speed / 1e6:.1f} MB/s"
 
 
-class WeightsDownload(QObject):
-    """The Download row under the window's notice, and the download it starts."""
+def missing_weights(loaded: LoadedModel | None, asked: str) -> bool:
+    """Whether ``loaded`` runs with random weights although its pretrained ones were asked for (``asked``)."""
+    return (
+        loaded is not None
+        and asked == "default"
+        and loaded.source in ("catalogue", "timm")
+        and not loaded.pretrained
+    )
 
+
+def cache_details(name: str) -> str:
+    """Where torchvision keeps ``name``'s weights, and the environment variables that move the cache or the
+    download (the Details of the notice)."""
+    file = default_weights_file(name)
+    where = f"torchvision keeps {name}'s pretrained weights as {file.name} in {checkpoints_dir()}." if file else ""
+    return (
+        f"{where} Set TORCH_HOME to use another cache folder, or {WEIGHTS_URL_ENV} to download from a mirror; "
+        "a copy of the file put into that folder is used too."
+    ).strip()
+
+
+class WeightsDownloadFeature(QObject):
+    """The notice row above the panels: one sentence, the Download button with its progress, and Details."""
+
+    id = "weights_download"
     progressed = Signal(int, object, float)  # bytes done, bytes total (None: unknown), bytes per second
     finished = Signal(str, str)  # "done", "cancelled" or "failed"; the message shown
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self._window = window
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        super().__init__()
+        self.workspace = workspace
+        self.host = host
         self._worker: FunctionWorker | None = None
         self._cancel = False
         self._name = ""
         self.last_message = ""
 
-        self.bar = QFrame()
-        self.bar.setObjectName("downloadBar")
+        self.row = QFrame()
+        self.row.setObjectName("notice")
+        self.sentence = QLabel("")
+        self.sentence.setObjectName("noticeText")
+        self.sentence.setWordWrap(True)
+        self.sentence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.download_button = QPushButton("Download")
         self.download_button.setToolTip("Download the pretrained weights into the torch hub cache, then use them")
         self.download_button.clicked.connect(self.start)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
-        self.progress.setFixedWidth(260)
+        self.progress.setFixedWidth(200)
         self.progress.setFormat("%p%")
-        self.progress.setVisible(False)
         self.transfer = QLabel("")
         self.transfer.setObjectName("muted")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the download; nothing is saved")
         self.cancel_button.clicked.connect(self.cancel)
-        self.cancel_button.setVisible(False)
-        row = QHBoxLayout(self.bar)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.download_button)
-        row.addWidget(self.progress)
-        row.addWidget(self.transfer)
-        row.addWidget(self.cancel_button)
-        row.addStretch(1)
-        self.bar.setVisible(False)
-        central = window.centralWidget()
-        layout = central.layout() if central is not None else None
-        if layout is not None:
-            layout.insertWidget(layout.indexOf(window.notice) + 1, self.bar)
+        self.details_button = QToolButton()
+        self.details_button.setText("Details")
+        self.details_button.setCheckable(True)
+        self.details_button.setToolTip("Where the weights are kept, and how to change it")
+        self.details = QLabel("")
+        self.details.setObjectName("muted")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details_button.toggled.connect(self.details.setVisible)
+        line = QHBoxLayout()
+        line.setContentsMargins(0, 0, 0, 0)
+        line.addWidget(self.sentence, 1)
+        for widget in (self.download_button, self.progress, self.transfer, self.cancel_button, self.details_button):
+            line.addWidget(widget)
+        layout = QVBoxLayout(self.row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(line)
+        layout.addWidget(self.details)
+        self._show_idle()
+        host.add_notice_row(self.row)
 
         self.progressed.connect(self._on_progress)
-        window.model_ready.connect(self._on_model_ready)
+        workspace.model_changed.connect(self._on_model_changed)
+        workspace.failed.connect(self._on_failed)
+        self._show_notice()
 
     # ---- state --------------------------------------------------------------------------------------------
     @property
@@ -89,24 +168,55 @@ class WeightsDownload(QObject):
         return self._worker is not None
 
     def offered_for(self) -> str | None:
-        """The model whose weights the banner offers to download, or None."""
-        loaded = self._window.loaded
-        if loaded is None or loaded.pretrained or loaded.source != "catalogue":
-            return None
-        if self._window.weights_box.currentData() != "default":
+        """The model whose weights the Download button offers, or None."""
+        loaded = self.workspace.loaded
+        if not missing_weights(loaded, self.workspace.weights) or loaded.source != "catalogue":
             return None
         try:
             return None if is_cached(loaded.name) else loaded.name
         except Exception:  # a model name the engine does not know: nothing to offer
             return None
 
-    def _on_model_ready(self) -> None:
-        if self.running:
-            return
-        name = self.offered_for()
-        self.bar.setVisible(name is not None)
-        if name is not None:
-            self._show_button(name, "Download")
+    # ---- the workspace's signals ---------------------------------------------------------------------------
+    def _on_model_changed(self, outcome: LoadOutcome) -> None:
+        if not self.running:
+            self._show_notice()
+
+    def _on_failed(self, failure: RunFailure) -> None:
+        if failure.load and not self.running:
+            self._show_notice()  # the previous model stays: so does its notice
+
+    def _show_notice(self) -> None:
+        """The row for the loaded model: the missing weights (with Download), another notice, or nothing."""
+        loaded = self.workspace.loaded
+        self._show_idle()
+        if missing_weights(loaded, self.workspace.weights):
+            title = model_title(loaded.name.removeprefix(TIMM_PREFIX))
+            self.sentence.setText(
+                f"Showing {title} with random weights: its pretrained weights are not on this computer."
+            )
+            name = self.offered_for()
+            if name is not None:
+                self._show_button(name, "Download")
+                self._set_details(cache_details(name))
+            else:  # timm fills its own cache; the engine's notice says where
+                self._set_details(loaded.notice)
+            self.row.setVisible(True)
+        elif loaded is not None and loaded.notice:
+            self.sentence.setText(loaded.notice)
+            self.row.setVisible(True)
+        else:
+            self.row.setVisible(False)
+
+    def _show_idle(self) -> None:
+        for widget in (self.download_button, self.progress, self.transfer, self.cancel_button):
+            widget.setVisible(False)
+        self._set_details("")
+
+    def _set_details(self, text: str) -> None:
+        self.details.setText(text)
+        self.details_button.setVisible(bool(text))
+        self.details.setVisible(bool(text) and self.details_button.isChecked())
 
     def _show_button(self, name: str, verb: str) -> None:
         size = weights_size_mb(name)
@@ -114,11 +224,11 @@ class WeightsDownload(QObject):
         self.download_button.setVisible(True)
         self.progress.setVisible(False)
         self.cancel_button.setVisible(False)
-        self.transfer.setText(f"{name}'s pretrained weights from torchvision")
+        self.transfer.setVisible(False)
 
     # ---- the download ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start downloading the current model's weights (no-op while one runs or when none is offered)."""
+        """Start downloading the loaded model's weights (no-op while one runs or when none is offered)."""
         name = self.offered_for()
         if self.running or name is None:
             return
@@ -130,13 +240,14 @@ class WeightsDownload(QObject):
         self.cancel_button.setVisible(True)
         self.cancel_button.setEnabled(True)
         self.transfer.setText("connecting…")
+        self.transfer.setVisible(True)
         worker = create_worker(download_weights, name, progress=self.progressed.emit,
                                cancelled=lambda: self._cancel, _start_thread=False, _ignore_errors=True)
         worker.returned.connect(self._on_done)
         worker.errored.connect(self._on_error)
         self._worker = worker
         QThreadPool.globalInstance().start(worker)
-        self._window.statusBar().showMessage(f"Downloading {name}'s weights…", 5000)
+        self.host.show_status(f"Downloading {name}'s weights…", 5000)
 
     def cancel(self) -> None:
         if self.running:
@@ -160,13 +271,13 @@ class WeightsDownload(QObject):
         message = f"Downloaded {name}'s weights to {path}."
         self.last_message = message
         self.cancel_button.setVisible(False)
-        self.transfer.setText(message)
-        self._window.statusBar().showMessage(message, 8000)
-        loaded = self._window.loaded
+        self.transfer.setText("done: loading them…")
+        self.host.show_status(message, 8000)
+        loaded = self.workspace.loaded
         if loaded is not None and loaded.name == name and loaded.source == "catalogue":
-            self._window.set_model(name, "default")  # with its weights now; the ticks carry over, a run follows
+            self.workspace.set_model(name, "default")  # with its weights now; the ticks carry over, a run follows
         else:
-            self.bar.setVisible(False)
+            self._show_notice()
         self.finished.emit("done", message)
 
     def _on_error(self, error: BaseException) -> None:
@@ -178,22 +289,18 @@ class WeightsDownload(QObject):
         elif not message.endswith("."):
             message += "."
         self.last_message = message
-        self._window.show_error(message, dialog=False)
-        loaded = self._window.loaded
-        if not cancelled and loaded is not None and not loaded.pretrained:
-            self._window.notice.setText(f"{message} Still showing the untrained {loaded.name} (random weights).")
-            self._window.notice.setVisible(True)
-        if self.offered_for() == self._name:
-            self._show_button(self._name, "Download" if cancelled else "Try again")
-            if not cancelled:
-                self.transfer.setText("")
-        else:
-            self.bar.setVisible(False)
+        self.host.show_error(message, dialog=False)
+        self._show_notice()
+        if not cancelled and self.offered_for() == self._name:
+            title = model_title(self._name)
+            self.sentence.setText(f"The download of {title}'s weights failed: still showing {title} with random "
+                                  "weights.")
+            self._show_button(self._name, "Try again")
+            self._set_details(message)
+            self.details_button.setChecked(True)  # why it failed (offline, a wrong mirror) is the next question
         self.finished.emit("cancelled" if cancelled else "failed", message)
 
-    def stop(self) -> None:
-        """Called by the closing window before it waits for its workers, so a download ends first.
-
-        (A Python event filter on the window did this before; it ran Python on every window event and was seen
-        to deadlock against a worker thread holding the GIL.)"""
+    def shutdown(self) -> None:
+        """The closing window calls this before it waits for the thread pool, so a download ends first (it stops
+        at its next chunk; nothing is saved)."""
         self._cancel = True
