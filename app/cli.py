@@ -10,12 +10,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Windows otherwise)
 
 from app import __version__
 from app.core.errors import HookscopeError
 from app.core.hooks import KINDS
+
+if TYPE_CHECKING:
+    from app.core.pipeline import ModelSource
 
 SUBCOMMANDS = ("export", "bench", "download")
 
@@ -171,7 +175,9 @@ def _select_layers(spec: str, available: list[str]) -> list[str]:
     layers = _csv(spec)
     missing = [p for p in layers if p not in available]
     if missing:
-        raise HookscopeError(f"The model has no module named {', '.join(repr(m) for m in missing)}.")
+        raise HookscopeError(
+            f"The model has no module named {', '.join(repr(m) for m in missing)}.", module_path=missing[0]
+        )
     return layers
 
 
@@ -191,22 +197,33 @@ def _output_folders(images: list[str], out: Path) -> list[Path]:
     return folders
 
 
+def model_source(args: argparse.Namespace) -> ModelSource:
+    """The command line's model as a ``ModelSource``: --model, --weights and --seed, or --model-file (with
+    --arch, --trust, --non-strict, and --weights as a state_dict to load into it)."""
+    from app.core.pipeline import ModelSource
+
+    model_file = getattr(args, "model_file", None)
+    if getattr(args, "arch", None) and not model_file:
+        raise HookscopeError("--arch goes with --model-file; for a catalogue model use --model NAME.")
+    return ModelSource(
+        name=args.model,
+        weights=args.weights,
+        seed=args.seed,
+        file=model_file,
+        arch=getattr(args, "arch", None),
+        trust=getattr(args, "trust", False),
+        non_strict=getattr(args, "non_strict", False),
+    )
+
+
 def load_for_cli(args: argparse.Namespace):
     """The model the command line asked for (catalogue name and weights, or --model-file), with its notice printed."""
-    from app.core.models import TIMM_PREFIX, load_model
+    from app.core.models import TIMM_PREFIX
+    from app.core.pipeline import open_model
 
-    strict = not getattr(args, "non_strict", False)
-    if getattr(args, "model_file", None):
-        from app.core.model_files import open_model_file
-
-        weights = None if args.weights in ("none", "default") else args.weights
-        loaded = open_model_file(
-            args.model_file, arch=args.arch, trust=args.trust, strict=strict, seed=args.seed, weights=weights
-        )
-    else:
-        if getattr(args, "arch", None):
-            raise HookscopeError("--arch goes with --model-file; for a catalogue model use --model NAME.")
-        loaded = load_model(args.model, args.weights, args.seed, strict=strict)
+    source = model_source(args)
+    loaded = open_model(source)
+    if not source.file:
         if args.weights == "default" and not loaded.pretrained and not args.model.startswith(TIMM_PREFIX):
             loaded.notice = loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
     if loaded.notice:
@@ -224,9 +241,9 @@ def _edits(args: argparse.Namespace) -> list:
 def register_for_cli(registry, args: argparse.Namespace, preprocess=None) -> dict:
     """Register the requested hooks and --edit edits on the registry.
 
-    Returns the other images the mix edits blend in, read and preprocessed (``capture_run(..., others=...)``).
+    Returns the other images the mix edits blend in, read and preprocessed (``run_image(..., others=...)``).
     """
-    from app.core.interventions import other_images
+    from app.core.pipeline import other_images
 
     for path in _select_layers(args.layers, registry.paths):
         for kind in args.hooks:
@@ -275,11 +292,11 @@ def run_export(args: argparse.Namespace) -> int:
         return run_export_batch(args)
     if mode == "--session":
         return run_export_session(args)
-    from app.core.capture import capture_run
     from app.core.devices import resolve_device
     from app.core.export import write_run
     from app.core.hooks import HookRegistry
     from app.core.images import read_image
+    from app.core.pipeline import run_image
 
     resolve_device(args.device)
     images = [read_image(path) for path in args.image]  # fail on a bad image before the slow part
@@ -288,11 +305,10 @@ def run_export(args: argparse.Namespace) -> int:
     with HookRegistry(loaded.module) as registry:
         others = register_for_cli(registry, args, loaded.preprocess)
         for name, image, folder in zip(args.image, images, _output_folders(args.image, Path(args.out))):
-            x = loaded.preprocess.to_tensor(image)
-            result = capture_run(
-                loaded.module, registry, x, device=args.device, target=args.target, categories=loaded.categories,
-                others=others, baseline=bool(args.edit),
-            )
+            result = run_image(
+                loaded, registry, image, device=args.device, target=args.target, others=others,
+                baseline=bool(args.edit),
+            )  # fmt: skip
             manifest = write_run(result, loaded, folder, image=name, kinds=tuple(args.hooks), png=not args.no_png)
             _add_edits_to_manifest(folder, manifest, args, result)
             top = result.top5[0] if result.top5 else None
@@ -363,18 +379,18 @@ def run_export_batch(args: argparse.Namespace) -> int:
 
 def run_export_session(args: argparse.Namespace) -> int:
     """--session FILE: the saved model, weights, preprocessing, hooks, edits, target and images, headlessly."""
-    from app.core.capture import capture_run
     from app.core.devices import resolve_device
     from app.core.errors import DeviceError
     from app.core.export import write_run
     from app.core.hooks import HookRegistry
     from app.core.images import read_image
-    from app.core.session import apply_session_edits, load_session, load_session_model, register_session_hooks
+    from app.core.pipeline import ModelSource, open_model, run_image
+    from app.core.session import apply_session_edits, load_session, register_session_hooks
 
     session, problems = load_session(args.session)
-    blocking = session.blocking_problem()
-    if blocking:  # the one line that matters: the session cannot run
-        raise HookscopeError(blocking)
+    # The one line that matters when the session cannot run (its model or weights file is missing); raised
+    # before the problem lines are printed.
+    source = ModelSource.from_session(session, trust=args.trust, non_strict=args.non_strict)
     for line in problems:
         print(f"hookscope: {line}", file=sys.stderr)
     images = session.found_images()
@@ -387,7 +403,7 @@ def run_export_session(args: argparse.Namespace) -> int:
         print(f"hookscope: the session's device '{device}' is not available here; running on the CPU.", file=sys.stderr)
         device = "cpu"
     pictures = [read_image(path) for path in images]
-    loaded = load_session_model(session, trust=args.trust, strict=not args.non_strict)
+    loaded = open_model(source)
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     with HookRegistry(loaded.module) as registry:
@@ -397,10 +413,9 @@ def run_export_session(args: argparse.Namespace) -> int:
             print(f"hookscope: {line}", file=sys.stderr)
         edits = argparse.Namespace(edit=[edit.spec for edit in registry.enabled_edits()])
         for name, image, folder in zip(images, pictures, _output_folders(images, Path(args.out))):
-            x = loaded.preprocess.to_tensor(image)
-            result = capture_run(
-                loaded.module, registry, x, device=device, target=session.target, categories=loaded.categories,
-                others=others, baseline=bool(edits.edit),
+            result = run_image(
+                loaded, registry, image, device=device, target=session.target, others=others,
+                baseline=bool(edits.edit),
             )  # fmt: skip
             manifest = write_run(
                 result, loaded, folder, image=name, kinds=session.kinds, png=not args.no_png,
@@ -439,9 +454,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.batch:
         return run_bench_batch(args)
     from app.core.bench import benchmark
-    from app.core.models import load_model
+    from app.core.pipeline import ModelSource, open_model
 
-    loaded = load_model(args.model, "none" if args.weights == "default" else args.weights, args.seed)
+    weights = "none" if args.weights == "default" else args.weights
+    loaded = open_model(ModelSource(name=args.model, weights=weights, seed=args.seed))
     paths = _select_layers(args.layers or "all", [p for p, _ in loaded.module.named_modules()])
     result = benchmark(loaded.module, paths, tuple(args.hooks), args.size, args.repeat)
     print(

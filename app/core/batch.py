@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.core.capture import RunResult, Target, capture_run
+from app.core.capture import RunResult, Target
 from app.core.errors import HookscopeError, ImageError
 from app.core.export import write_run
 from app.core.hooks import HookRegistry
-from app.core.images import IMAGE_SUFFIXES, read_image
+from app.core.images import IMAGE_SUFFIXES
 from app.core.models import LoadedModel
+from app.core.pipeline import model_input, run_image
 
 DONE_FILE = "done.json"
 SUMMARY_FILE = "summary.csv"
@@ -92,7 +93,9 @@ def find_images(
     """
     root = Path(folder)
     if not root.is_dir():
-        raise HookscopeError(f"'{root}' is not a folder." if root.exists() else f"Folder '{root}' does not exist.")
+        raise HookscopeError(
+            f"'{root}' is not a folder." if root.exists() else f"Folder '{root}' does not exist.", path=str(root)
+        )
     skip = os.path.abspath(exclude) if exclude is not None else None
 
     def wanted(directory: Path) -> bool:
@@ -214,12 +217,12 @@ def _finish_image(
         return done
     except OSError as error:
         raise HookscopeError(
-            f"Cannot write the results of '{name}' to '{folder}': {error.strerror or error}."
+            f"Cannot write the results of '{name}' to '{folder}': {error.strerror or error}.", path=str(folder)
         ) from error
 
 
 def _read_input(path: Path, loaded: LoadedModel) -> torch.Tensor:
-    return loaded.preprocess.to_tensor(read_image(path))
+    return model_input(loaded, path)
 
 
 def run_batch(
@@ -265,7 +268,9 @@ def run_batch(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise HookscopeError(f"Cannot create the output folder '{out}': {error.strerror or error}.") from error
+        raise HookscopeError(
+            f"Cannot create the output folder '{out}': {error.strerror or error}.", path=str(out)
+        ) from error
 
     def tell(index: int, what: str) -> None:
         if progress is not None:
@@ -324,9 +329,7 @@ def run_batch(
                 report.skipped.append((names[index], str(error)))
                 tell(index, "skipped")
                 continue
-            result = capture_run(
-                loaded.module, registry, x, device=device, target=target, categories=loaded.categories, others=others
-            )
+            result = run_image(loaded, registry, x, device=device, target=target, others=others)
             collect(block=False)
             job = dict(
                 source=paths[index], name=names[index], kinds=kinds, png=png, fingerprint=fingerprint,

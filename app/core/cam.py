@@ -73,8 +73,14 @@ def run_grad_cam(result: RunResult, path: str, call: int = 0) -> np.ndarray:
         None,
     )
     if activation is None or gradient is None:
-        raise HookscopeError(f"Grad-CAM of {path} needs its activations and its gradient: tick both and run again.")
-    return grad_cam(activation.tensor, gradient.tensor, tuple(result.input.shape[-2:]))
+        raise HookscopeError(
+            f"Grad-CAM of {path} needs its activations and its gradient: tick both and run again.", module_path=path
+        )
+    try:
+        return grad_cam(activation.tensor, gradient.tensor, tuple(result.input.shape[-2:]))
+    except HookscopeError as error:
+        error.module_path = path
+        raise
 
 
 def overlay(image_rgb: np.ndarray, cam: np.ndarray, opacity: float, colormap: np.ndarray) -> np.ndarray:

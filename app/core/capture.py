@@ -77,10 +77,14 @@ def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None
 def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: int = 5) -> list[Prediction]:
     probabilities = torch.softmax(scores.detach().float().cpu()[0], dim=0)
     values, indices = probabilities.topk(min(k, probabilities.numel()))
-    return [
-        Prediction(int(i), categories[int(i)] if categories else f"class {int(i)}", float(v))
-        for v, i in zip(values, indices)
-    ]
+    return [Prediction(int(i), class_label(int(i), categories), float(v)) for v, i in zip(values, indices)]
+
+
+def class_label(index: int, categories: Sequence[str] | None) -> str:
+    """The class's name from the weights' metadata (``LoadedModel.categories``), else ``class N``."""
+    if categories and 0 <= index < len(categories):
+        return str(categories[index])
+    return f"class {index}"
 
 
 def ensure_survey(model: nn.Module, registry: HookRegistry, x: torch.Tensor) -> ModelSurvey:
@@ -129,11 +133,15 @@ def capture_run(
                 except RuntimeError as error:
                     if "BackwardHookFunction" not in str(error):
                         raise
-                    backward_edits = [e.spec for e in registry.enabled_edits() if e.kind == "scale-grad-input"]
+                    backward_edits = [e for e in registry.enabled_edits() if e.kind == "scale-grad-input"]
                     if attempt and backward_edits:
+                        # The error names no module: only when one such edit is on is it known to be the one.
+                        alone = backward_edits[0] if len(backward_edits) == 1 else None
                         raise RunError(
-                            f"A full backward hook raised during the run ({', '.join(backward_edits)}); use "
-                            "scale-grad on that module instead (a tensor hook on its output)."
+                            f"A full backward hook raised during the run ({', '.join(e.spec for e in backward_edits)}); "
+                            "use scale-grad on that module instead (a tensor hook on its output).",
+                            module_path=alone.path if alone else None,
+                            edit_spec=alone.spec if alone else None,
                         ) from error
                     if attempt:
                         raise

@@ -217,7 +217,7 @@ class HookRegistry:
         try:
             return self._modules[path]
         except KeyError:
-            raise HookscopeError(f"The model has no module '{path}'.") from None
+            raise HookscopeError(f"The model has no module '{path}'.", module_path=path) from None
 
     @property
     def paths(self) -> list[str]:
@@ -231,7 +231,7 @@ class HookRegistry:
     def add(self, path: str, kind: HookKind) -> HookInfo:
         """Register a hook of ``kind`` on the module at ``path`` (a second add of the same pair is a no-op)."""
         if kind not in KINDS:
-            raise HookscopeError(f"Unknown hook kind '{kind}'; use one of: {', '.join(KINDS)}.")
+            raise HookscopeError(f"Unknown hook kind '{kind}'; use one of: {', '.join(KINDS)}.", module_path=path)
         module = self.module(path)
         with self._lock:
             if (path, kind) in self._live:
@@ -267,9 +267,14 @@ class HookRegistry:
         """Register ``edit`` (its hook only if ``edit.enabled``) and return its id.
 
         Raises ``HookscopeError`` for an unknown module, and, once a run has surveyed the model, for an edit that
-        cannot work there (a channel that does not exist, a full backward hook an in-place op would break).
+        cannot work there (a channel that does not exist, a full backward hook an in-place op would break). The
+        error's ``edit_spec`` is ``edit.spec``.
         """
-        self.module(edit.path)
+        try:
+            self.module(edit.path)
+        except HookscopeError as error:
+            error.edit_spec = edit.spec
+            raise
         with self._lock:
             self._check_edit(edit)
             edit_id = self._next_edit
@@ -346,8 +351,12 @@ class HookRegistry:
         outputs: dict[tuple[str, str], list[torch.Tensor]] = {}
         for other in dict.fromkeys(e.other_image or "" for e in mixes):
             if not others or other not in others:
-                spec = next(e.spec for e in mixes if e.other_image == other)
-                raise RunError(f"The edit {spec} needs the image '{other}', which was not given to the run.")
+                edit = next(e for e in mixes if e.other_image == other)
+                raise RunError(
+                    f"The edit {edit.spec} needs the image '{other}', which was not given to the run.",
+                    module_path=edit.path,
+                    edit_spec=edit.spec,
+                )
             handles = []
             try:
                 for path in dict.fromkeys(e.path for e in mixes if e.other_image == other):
@@ -405,7 +414,9 @@ class HookRegistry:
             if why:
                 raise RunError(
                     f"scale-grad-input cannot work on {edit.path}: register_full_backward_hook raises there because "
-                    f"{why}; use scale-grad:{edit.path}:{edit.spec.rsplit(':', 1)[-1]} (a tensor hook on its output) instead."
+                    f"{why}; use scale-grad:{edit.path}:{edit.spec.rsplit(':', 1)[-1]} (a tensor hook on its output) instead.",
+                    module_path=edit.path,
+                    edit_spec=edit.spec,
                 )
         if edit.channels and run.output_shapes and len(run.output_shapes[0]) >= 2:
             check_channels(edit, run.output_shapes[0][1])

@@ -41,8 +41,9 @@ def _display_name(path: str | os.PathLike) -> str:
     return name.replace("\r", " ").replace("\n", " ")
 
 
-def _fail(name: str, reason: str) -> ImageError:
-    return ImageError(f"Cannot read '{name}': {reason}")
+def _fail(path: str | os.PathLike, reason: str) -> ImageError:
+    """The one-line error for an image file that cannot be read; ``path`` is kept as given, in a field."""
+    return ImageError(f"Cannot read '{_display_name(path)}': {reason}", path=os.fsdecode(path))
 
 
 def _bomb_reason(error: Exception) -> str:
@@ -121,17 +122,17 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def read_image(path: str | os.PathLike) -> Image.Image:
-    """Read an image file as RGB, upright per EXIF; any problem is one :class:`ImageError` line."""
-    name = _display_name(path)
+    """Read an image file as RGB, upright per EXIF; any problem is one :class:`ImageError` line, with ``path``
+    (as given) in its ``path`` field."""
     if not os.path.exists(path):
-        raise _fail(name, "the file does not exist.")
+        raise _fail(path, "the file does not exist.")
     if os.path.isdir(path):
-        raise _fail(name, "it is a folder, not an image file.")
+        raise _fail(path, "it is a folder, not an image file.")
     try:
         if os.path.getsize(path) == 0:
-            raise _fail(name, "the file is empty.")
+            raise _fail(path, "the file is empty.")
     except OSError as error:
-        raise _fail(name, f"the file cannot be opened ({error.strerror or type(error).__name__}).") from error
+        raise _fail(path, f"the file cannot be opened ({error.strerror or type(error).__name__}).") from error
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -147,21 +148,21 @@ def read_image(path: str | os.PathLike) -> Image.Image:
                 try:
                     return _to_rgb(upright)
                 except (ValueError, OSError) as error:
-                    raise _fail(name, f"its colour mode '{upright.mode}' is not supported.") from error
+                    raise _fail(path, f"its colour mode '{upright.mode}' is not supported.") from error
         except ImageError:
             raise
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-            raise _fail(name, _bomb_reason(error)) from error
+            raise _fail(path, _bomb_reason(error)) from error
         except UnidentifiedImageError as error:
             if _has_image_signature(path):
-                raise _fail(name, "the file is truncated or corrupt.") from error
-            raise _fail(name, "it is not an image file (or its format is not supported).") from error
+                raise _fail(path, "the file is truncated or corrupt.") from error
+            raise _fail(path, "it is not an image file (or its format is not supported).") from error
         except PermissionError as error:
-            raise _fail(name, "permission denied.") from error
+            raise _fail(path, "permission denied.") from error
         except MemoryError as error:
-            raise _fail(name, "there is not enough memory to load it.") from error
+            raise _fail(path, "there is not enough memory to load it.") from error
         except Exception as error:  # noqa: BLE001 - Pillow reports damaged files with many exception types
-            raise _fail(name, "the file is truncated or corrupt.") from error
+            raise _fail(path, "the file is truncated or corrupt.") from error
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from app.core.errors import HookscopeError, RunError
+from app.core.errors import HookscopeError, ImageError, RunError
 from app.core.structure import tensor_leaves
 
 EDIT_KINDS = ("zero", "keep", "scale", "scale-input", "scale-grad", "scale-grad-input", "mix")
@@ -146,7 +146,17 @@ def _which_channels(channels: tuple[int, ...]) -> str:
 
 
 def parse_edit(spec: str) -> Intervention:
-    """``KIND:PATH:ARGS`` -> an ``Intervention``; a bad spec raises a one-line ``HookscopeError``."""
+    """``KIND:PATH:ARGS`` -> an ``Intervention``; a bad spec raises a one-line ``HookscopeError`` whose
+    ``edit_spec`` is ``spec``."""
+    try:
+        return _parse_edit(spec)
+    except HookscopeError as error:
+        if error.edit_spec is None:
+            error.edit_spec = spec
+        raise
+
+
+def _parse_edit(spec: str) -> Intervention:
     text = spec.strip()
     kind, _, rest = text.partition(":")
     if kind not in EDIT_KINDS:
@@ -214,7 +224,9 @@ def check_channels(edit: Intervention, channel_count: int) -> None:
         which = "channel" if len(missing) == 1 else "channels"
         verb = "does" if len(missing) == 1 else "do"
         raise RunError(
-            f"{edit.path} has {channel_count} channels; {which} {', '.join(map(str, missing))} {verb} not exist."
+            f"{edit.path} has {channel_count} channels; {which} {', '.join(map(str, missing))} {verb} not exist.",
+            module_path=edit.path,
+            edit_spec=edit.spec,
         )
 
 
@@ -225,18 +237,28 @@ def edit_output(edit: Intervention, output: torch.Tensor, other: torch.Tensor | 
     """
     if edit.kind == "mix":
         if other is None:
-            raise RunError(f"The edit {edit.spec} has no output of {edit.path} on {edit.other_image} to blend in.")
+            raise RunError(
+                f"The edit {edit.spec} has no output of {edit.path} on {edit.other_image} to blend in.",
+                module_path=edit.path,
+                edit_spec=edit.spec,
+            )
         if other.shape != output.shape:
             raise RunError(
                 f"{edit.path} gives {tuple(other.shape)} on {edit.other_image} but {tuple(output.shape)} on this "
-                "image; mix needs images of the same size."
+                "image; mix needs images of the same size.",
+                module_path=edit.path,
+                edit_spec=edit.spec,
             )
         lam = edit.factor
         return lam * output + (1 - lam) * other.to(output.device, output.dtype)
     if edit.kind == "scale" and not edit.channels:
         return output * edit.factor
     if output.ndim < 2:
-        raise RunError(f"{edit.path}'s output has shape {tuple(output.shape)}: no channel dimension to edit.")
+        raise RunError(
+            f"{edit.path}'s output has shape {tuple(output.shape)}: no channel dimension to edit.",
+            module_path=edit.path,
+            edit_spec=edit.spec,
+        )
     check_channels(edit, output.shape[1])
     edited = output.clone()
     if edit.kind == "zero":
@@ -267,7 +289,9 @@ class EditState:
 def _need_tensor(edit: Intervention, output: Any) -> torch.Tensor:
     if not isinstance(output, torch.Tensor):
         raise RunError(
-            f"The edit {edit.spec} needs a tensor output, but {edit.path} returns a {type(output).__name__}."
+            f"The edit {edit.spec} needs a tensor output, but {edit.path} returns a {type(output).__name__}.",
+            module_path=edit.path,
+            edit_spec=edit.spec,
         )
     return output
 
@@ -286,7 +310,11 @@ def forward_edit_hook(edit: Intervention, state: EditState) -> Callable[[nn.Modu
             key = (edit.other_image or "", edit.path)
             outputs = state.mix_outputs.get(key) or []
             if not outputs:
-                raise RunError(f"{edit.path} did not run on {edit.other_image}, so {edit.spec} has nothing to blend.")
+                raise RunError(
+                    f"{edit.path} did not run on {edit.other_image}, so {edit.spec} has nothing to blend.",
+                    module_path=edit.path,
+                    edit_spec=edit.spec,
+                )
             call = state.mix_calls.get(key, 0)
             state.mix_calls[key] = call + 1
             other = outputs[call % len(outputs)]
@@ -345,7 +373,8 @@ def make_edit_hook(edit: Intervention, state: EditState) -> Callable[..., Any]:
 
 def other_images(edits: Iterable[Intervention], preprocess: Any) -> dict[str, torch.Tensor]:
     """The other images the enabled mix edits blend in, read and preprocessed once each: what
-    ``capture_run(..., others=...)`` takes. An unreadable image raises ``ImageError`` with its name."""
+    ``capture_run(..., others=...)`` takes. An unreadable image raises ``ImageError`` with its name; its ``path``
+    is the image and its ``edit_spec`` the mix edit that wanted it."""
     from app.core.images import read_image  # images imports torchvision; only a mix edit needs it
 
     others: dict[str, torch.Tensor] = {}
@@ -353,7 +382,16 @@ def other_images(edits: Iterable[Intervention], preprocess: Any) -> dict[str, to
         if edit.kind != "mix" or not edit.enabled or not edit.other_image or edit.other_image in others:
             continue
         if preprocess is None:
-            raise HookscopeError(f"The edit {edit.spec} needs the model's preprocessing to read its image.")
-        others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
+            raise HookscopeError(
+                f"The edit {edit.spec} needs the model's preprocessing to read its image.",
+                module_path=edit.path,
+                edit_spec=edit.spec,
+            )
+        try:
+            others[edit.other_image] = preprocess.to_tensor(read_image(edit.other_image))
+        except ImageError as error:
+            error.edit_spec = edit.spec
+            error.module_path = edit.path
+            raise
     return others
 

@@ -56,8 +56,7 @@ class TrustRequired(ModelError):
     """Opening the file would run code from it; the caller may ask the user and retry with ``trust=True``."""
 
     def __init__(self, message: str, path: str, objects: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.path = path
+        super().__init__(message, path=path)  # path: the file, or "model.py:build" for a Python factory
         self.objects = objects  # the Python objects a pickle would import ("" for a Python file)
 
 
@@ -65,8 +64,7 @@ class ArchitectureRequired(ModelError):
     """The file holds only weights (a state_dict): the caller must name the architecture they belong to."""
 
     def __init__(self, message: str, path: str, keys: int) -> None:
-        super().__init__(message)
-        self.path = path
+        super().__init__(message, path=path)
         self.keys = keys
 
 
@@ -202,32 +200,38 @@ def open_model_file(
     if factory is not None:
         return _open_python(file, factory, trust, strict, seed, weights)
     if not file.exists():
-        raise ModelError(f"Model file '{file}' does not exist.")
+        raise ModelError(f"Model file '{file}' does not exist.", path=str(file))
     if file.is_dir():
-        raise ModelError(f"'{file}' is a folder, not a model file.")
+        raise ModelError(f"'{file}' is a folder, not a model file.", path=str(file))
     kind = file_kind(file)
     if kind == "python":
         raise ModelError(
-            f"'{file}' is a Python file: name the function in it that builds the model, as in {file}:build."
+            f"'{file}' is a Python file: name the function in it that builds the model, as in {file}:build.",
+            path=str(file),
         )
     if kind == "torchscript":
         raise ModelError(
             f"'{file}' is a TorchScript file: its forward is compiled, so Python hooks on its modules would never "
-            f"fire; {_REFUSE_POINTER}."
+            f"fire; {_REFUSE_POINTER}.",
+            path=str(file),
         )
     if kind == "exported":
         raise ModelError(
             f"'{file}' is a torch.export program: a traced graph without the model's Python modules, so there is "
-            f"nothing for module hooks to attach to; {_REFUSE_POINTER}."
+            f"nothing for module hooks to attach to; {_REFUSE_POINTER}.",
+            path=str(file),
         )
     if kind == "onnx":
-        raise ModelError(f"'{file}' is an ONNX file, which PyTorch cannot run with hooks; {_REFUSE_POINTER}.")
+        raise ModelError(
+            f"'{file}' is an ONNX file, which PyTorch cannot run with hooks; {_REFUSE_POINTER}.", path=str(file)
+        )
     if kind == "safetensors":
         return _open_state_dict(file, read_state_dict(file), arch, strict, seed, weights)
     if kind == "unknown":
         raise ModelError(
             f"'{file}' is not a PyTorch model or weights file (not a torch.save file, safetensors, TorchScript "
-            "or Python file)."
+            "or Python file).",
+            path=str(file),
         )
 
     try:
@@ -235,7 +239,9 @@ def open_model_file(
     except Exception as error:
         objects = pickled_globals(file)
         if objects is None:
-            raise ModelError(f"'{file}' could not be read as a PyTorch file ({first_line(error)}).") from error
+            raise ModelError(
+                f"'{file}' could not be read as a PyTorch file ({first_line(error)}).", path=str(file)
+            ) from error
         shown = _interesting(objects) or objects
         if not trust:
             raise TrustRequired(
@@ -252,7 +258,8 @@ def open_model_file(
         state = state_dict_from(data, file)
     except ModelError:
         raise ModelError(
-            f"'{file}' holds neither a model nor a state_dict (it holds a {type(data).__name__})."
+            f"'{file}' holds neither a model nor a state_dict (it holds a {type(data).__name__}).",
+            path=str(file),
         ) from None
     return _open_state_dict(file, state, arch, strict, seed, weights)
 
@@ -261,7 +268,9 @@ def _open_state_dict(
     file: Path, state: Mapping[str, torch.Tensor], arch: str | None, strict: bool, seed: int, weights: object
 ) -> LoadedModel:
     if weights is not None:
-        raise ModelError(f"'{file}' is itself a state_dict: open it with --arch NAME, without --weights.")
+        raise ModelError(
+            f"'{file}' is itself a state_dict: open it with --arch NAME, without --weights.", path=str(file)
+        )
     if not arch:
         raise ArchitectureRequired(
             f"'{file}' is a state_dict ({len(state)} tensors, no architecture): choose the architecture it "
@@ -271,9 +280,10 @@ def _open_state_dict(
         )
     check_model_name(arch)
     loaded = load_model(arch, "none", seed)
-    loaded.notice = load_state_dict(loaded.module, state, f"Weights file '{file}'", arch, strict=strict)
+    loaded.notice = load_state_dict(loaded.module, state, f"Weights file '{file}'", arch, strict=strict, path=str(file))
     loaded.weights = str(file)
     loaded.pretrained = True
+    loaded.categories = None  # the file's classes are not known
     loaded.source = "state_dict"
     loaded.model_file = str(file)
     return loaded
@@ -286,7 +296,8 @@ def _trusted_load(file: Path) -> object:
     except ModuleNotFoundError as error:
         raise ModelError(
             f"'{file}' needs the Python module '{error.name}', which is not installed here: install it, or open the "
-            "model's state_dict with --arch NAME or a model.py:build factory."
+            "model's state_dict with --arch NAME or a model.py:build factory.",
+            path=str(file),
         ) from error
     except AttributeError as error:
         match = re.search(r"Can't get attribute '([^']+)' on <module '([^']+)'", str(error))
@@ -296,11 +307,14 @@ def _trusted_load(file: Path) -> object:
                 module = "__main__"
             raise ModelError(
                 f"'{file}' needs the class {cls} from {module} (the script that saved it), which cannot be imported "
-                "here: open the state_dict with a factory instead (--model-file model.py:build --weights FILE)."
+                "here: open the state_dict with a factory instead (--model-file model.py:build --weights FILE).",
+                path=str(file),
             ) from error
-        raise ModelError(f"'{file}' could not be unpickled ({first_line(error)}).") from error
+        raise ModelError(f"'{file}' could not be unpickled ({first_line(error)}).", path=str(file)) from error
     except Exception as error:
-        raise ModelError(f"'{file}' could not be unpickled ({type(error).__name__}: {first_line(error)}).") from error
+        raise ModelError(
+            f"'{file}' could not be unpickled ({type(error).__name__}: {first_line(error)}).", path=str(file)
+        ) from error
 
 
 def _module_in(data: object) -> nn.Module | None:
@@ -345,7 +359,11 @@ def _from_module(
     weights: str | os.PathLike | None,
     pretrained: bool,
 ) -> LoadedModel:
-    module, unwrapped = unwrap_module(module)
+    try:
+        module, unwrapped = unwrap_module(module)
+    except ModelError as error:
+        error.path = str(split_factory(model_file)[0])
+        raise
     module = module.cpu().eval()
     notices = []
     if unwrapped:
@@ -383,7 +401,7 @@ def _open_python(
 ) -> LoadedModel:
     spec_text = f"{file}:{factory}"
     if not file.is_file():
-        raise ModelError(f"Python file '{file}' does not exist.")
+        raise ModelError(f"Python file '{file}' does not exist.", path=str(file))
     if not trust:
         raise TrustRequired(
             f"Opening {spec_text} runs the Python code in '{file}': pass --trust if you trust its author.",
@@ -392,7 +410,7 @@ def _open_python(
     module_name = f"hookscope_model_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
-        raise ModelError(f"'{file}' cannot be imported as a Python module.")
+        raise ModelError(f"'{file}' cannot be imported as a Python module.", path=str(file))
     code = importlib.util.module_from_spec(spec)
     folder = str(file.resolve().parent)
     sys.path.insert(0, folder)  # so that the file can import its neighbours
@@ -401,10 +419,12 @@ def _open_python(
         spec.loader.exec_module(code)
     except SyntaxError as error:
         sys.modules.pop(module_name, None)
-        raise ModelError(f"'{file}' has a syntax error on line {error.lineno}: {error.msg}.") from error
+        raise ModelError(f"'{file}' has a syntax error on line {error.lineno}: {error.msg}.", path=str(file)) from error
     except (Exception, SystemExit) as error:
         sys.modules.pop(module_name, None)
-        raise ModelError(f"Running '{file}' failed ({type(error).__name__}: {first_line(error)}).") from error
+        raise ModelError(
+            f"Running '{file}' failed ({type(error).__name__}: {first_line(error)}).", path=str(file)
+        ) from error
     finally:
         if folder in sys.path:
             sys.path.remove(folder)
@@ -413,7 +433,7 @@ def _open_python(
         if not hasattr(target, part):
             defined = sorted(n for n, v in vars(code).items() if callable(v) and not n.startswith("_"))
             listing = f"; it defines {_some(defined, 6)}" if defined else ""
-            raise ModelError(f"'{file}' has no '{factory}'{listing}.")
+            raise ModelError(f"'{file}' has no '{factory}'{listing}.", path=str(file))
         target = getattr(target, part)
     torch.manual_seed(seed)
     if isinstance(target, nn.Module):
@@ -423,12 +443,17 @@ def _open_python(
             result = target()
         except Exception as error:
             raise ModelError(
-                f"Calling {factory}() from '{file}' failed ({type(error).__name__}: {first_line(error)})."
+                f"Calling {factory}() from '{file}' failed ({type(error).__name__}: {first_line(error)}).",
+                path=str(file),
             ) from error
     else:
-        raise ModelError(f"'{factory}' in '{file}' is a {type(target).__name__}, not a function that builds a model.")
+        raise ModelError(
+            f"'{factory}' in '{file}' is a {type(target).__name__}, not a function that builds a model.", path=str(file)
+        )
     if not isinstance(result, nn.Module):
-        raise ModelError(f"{factory}() in '{file}' returned a {type(result).__name__}, not a torch.nn.Module.")
+        raise ModelError(
+            f"{factory}() in '{file}' returned a {type(result).__name__}, not a torch.nn.Module.", path=str(file)
+        )
     return _from_module(
         result, f"{file.stem}:{factory}", "python", spec_text, None, strict, seed, weights, pretrained=False
     )

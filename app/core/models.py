@@ -34,11 +34,14 @@ class LoadedModel:
     weights: str  # "none", "default" or a file path, as asked
     pretrained: bool
     preprocess: Preprocess
-    categories: list[str] | None  # class names, only when the weights carry them
+    # Class names from the weights' metadata: torchvision's (and timm's) catalogue models have them even with random
+    # weights (then ``pretrained`` is False: the names are right, the predictions meaningless); None for files.
+    categories: list[str] | None
     notice: str = ""  # one plain sentence when what was asked could not be given (e.g. offline)
     seed: int = 0
     source: str = "catalogue"  # one of SOURCES
     model_file: str = ""  # the file (or "model.py:build") it was opened from, for sources other than the catalogue
+    model_sha256: str = ""  # the model file's SHA-256 when it was taken on opening (open_model(..., hash_file=True))
 
     @property
     def display_name(self) -> str:
@@ -46,6 +49,26 @@ class LoadedModel:
         if self.model_file and self.source == "state_dict":
             return f"{self.name} ({Path(self.model_file).name})"
         return self.name
+
+    @property
+    def weights_text(self) -> str:
+        """The weights actually in use, in a few words: what the window's Weights box shows.
+
+        "Pretrained (ImageNet, torchvision)", "Pretrained (timm)", "Random weights (seed 0)" (also when the
+        pretrained weights were asked for but are not cached), "File: NAME" (a state_dict or pickled model, or a
+        weights file loaded into the model) or "Built by FILE:FUNCTION (seed 0)" (a Python factory's own weights).
+        """
+        if self.source in ("catalogue", "timm"):
+            if not self.pretrained or self.weights == "none":
+                return f"Random weights (seed {self.seed})"
+            if self.weights == "default":
+                return "Pretrained (ImageNet, torchvision)" if self.source == "catalogue" else "Pretrained (timm)"
+            return f"File: {Path(self.weights).name}"
+        if self.source == "state_dict":
+            return f"File: {Path(self.model_file or self.weights).name}"
+        if self.weights not in ("", "none", "default"):  # a pickled model, or a weights file loaded into the model
+            return f"File: {Path(self.weights).name}"
+        return f"Built by {self.name} (seed {self.seed})"
 
     def describe(self) -> dict:
         described = {
@@ -118,6 +141,16 @@ def default_weights_file(name: str) -> Path | None:
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
 
 
+def default_categories(name: str) -> list[str] | None:
+    """The class names in the metadata of ``name``'s default torchvision weights (no download: the names are in
+    torchvision's code), or None when they have none."""
+    try:
+        categories = torchvision.models.get_model_weights(name).DEFAULT.meta.get("categories")
+    except (ValueError, KeyError, AttributeError):
+        return None
+    return [str(c) for c in categories] if categories else None
+
+
 def default_preprocess(name: str, model: nn.Module) -> Preprocess:
     """The default weights' preprocessing, sized to what this instance accepts.
 
@@ -134,9 +167,10 @@ def default_preprocess(name: str, model: nn.Module) -> Preprocess:
 def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = True) -> LoadedModel:
     """Build ``name`` with random weights (``none``), cached pretrained weights (``default``) or a state_dict file.
 
-    Random weights are drawn after ``torch.manual_seed(seed)`` so that runs are reproducible. A state_dict file
-    must fit exactly unless ``strict`` is False: then the tensors that fit are loaded and the notice says what
-    was left out. Nothing is ever downloaded here (see :mod:`app.core.weights`).
+    Random weights are drawn after ``torch.manual_seed(seed)`` so that runs are reproducible; the class names
+    still come from the default weights' metadata (``pretrained`` stays False). A state_dict file must fit exactly
+    unless ``strict`` is False: then the tensors that fit are loaded and the notice says what was left out; its
+    classes are unknown (``categories`` None). Nothing is ever downloaded here (see :mod:`app.core.weights`).
     """
     check_model_name(name)
     if name.startswith(TIMM_PREFIX):
@@ -145,11 +179,14 @@ def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = T
         return _load_pretrained(name, seed)
     torch.manual_seed(seed)
     module = torchvision.models.get_model(name, weights=None).eval()
-    loaded = LoadedModel(name, module, "none", False, default_preprocess(name, module), None, seed=seed)
+    loaded = LoadedModel(
+        name, module, "none", False, default_preprocess(name, module), default_categories(name), seed=seed
+    )
     if weights != "none":
         loaded.notice = load_state_dict_file(module, Path(weights), name, strict=strict)
         loaded.weights = str(weights)
         loaded.pretrained = True
+        loaded.categories = None  # the file's classes are not known
     return loaded
 
 
@@ -166,7 +203,9 @@ def _load_pretrained(name: str, seed: int) -> LoadedModel:
     try:
         module = torchvision.models.get_model(name, weights=weights).eval()
     except Exception as error:  # a damaged cache file: say so rather than crash
-        raise ModelError(f"The cached weights file {path} could not be loaded ({first_line(error)}).") from error
+        raise ModelError(
+            f"The cached weights file {path} could not be loaded ({first_line(error)}).", path=str(path)
+        ) from error
     preprocess = Preprocess.from_torchvision(weights.transforms())
     return LoadedModel(name, module, "default", True, preprocess, list(weights.meta["categories"]), seed=seed)
 
@@ -256,12 +295,15 @@ def _load_timm(name: str, weights: str, seed: int, strict: bool) -> LoadedModel:
             module = timm.create_model(arch, pretrained=False)
     except Exception as error:
         where = f" with the cached weights {cached}" if cached else ""
-        raise ModelError(f"timm could not build {arch}{where} ({first_line(error)}).") from error
+        raise ModelError(
+            f"timm could not build {arch}{where} ({first_line(error)}).", path=str(cached) if cached else None
+        ) from error
     module.eval()
-    loaded = LoadedModel(name, module, "none", False, timm_preprocess(module), None, seed=seed, source="timm")
+    loaded = LoadedModel(
+        name, module, "none", False, timm_preprocess(module), _timm_categories(module), seed=seed, source="timm"
+    )
     if cached is not None:
         loaded.weights, loaded.pretrained = "default", True
-        loaded.categories = _timm_categories(module)
     elif weights == "default":
         loaded.notice = (
             f"timm's pretrained weights for {arch} are not in the cache; "
@@ -270,6 +312,7 @@ def _load_timm(name: str, weights: str, seed: int, strict: bool) -> LoadedModel:
     elif weights != "none":
         loaded.notice = load_state_dict_file(module, Path(weights), name, strict=strict)
         loaded.weights, loaded.pretrained = str(weights), True
+        loaded.categories = None  # the file's classes are not known
     return loaded
 
 
@@ -294,14 +337,17 @@ def is_safetensors_file(path: Path) -> bool:
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     if not safetensors_available():
         raise ModelError(
-            f"'{path}' is a safetensors file: reading it needs the safetensors package (pip install safetensors)."
+            f"'{path}' is a safetensors file: reading it needs the safetensors package (pip install safetensors).",
+            path=str(path),
         )
     from safetensors.torch import load_file
 
     try:
         return load_file(str(path), device="cpu")
     except Exception as error:
-        raise ModelError(f"'{path}' is not a readable safetensors file ({first_line(error)}).") from error
+        raise ModelError(
+            f"'{path}' is not a readable safetensors file ({first_line(error)}).", path=str(path)
+        ) from error
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -312,16 +358,17 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """
     path = Path(path)
     if not path.exists():
-        raise ModelError(f"Weights file '{path}' does not exist.")
+        raise ModelError(f"Weights file '{path}' does not exist.", path=str(path))
     if path.is_dir():
-        raise ModelError(f"'{path}' is a folder, not a weights file.")
+        raise ModelError(f"'{path}' is a folder, not a weights file.", path=str(path))
     if path.suffix.lower() == ".safetensors" or is_safetensors_file(path):
         return state_dict_from(_read_safetensors(path), path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         raise ModelError(
-            f"'{path}' is not a weights file that loads safely with weights_only=True ({first_line(error)})."
+            f"'{path}' is not a weights file that loads safely with weights_only=True ({first_line(error)}).",
+            path=str(path),
         ) from error
     return state_dict_from(data, path)
 
@@ -337,7 +384,9 @@ def state_dict_from(data: object, path: Path | str) -> dict[str, torch.Tensor]:
         if isinstance(data, Mapping) and isinstance(data.get(wrapper), Mapping):
             data = data[wrapper]
     if not isinstance(data, Mapping) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
-        raise ModelError(f"'{path}' does not hold a state_dict (a mapping of parameter names to tensors).")
+        raise ModelError(
+            f"'{path}' does not hold a state_dict (a mapping of parameter names to tensors).", path=str(path)
+        )
     state = {str(k): v for k, v in data.items()}
     stripped = True
     while stripped:
@@ -356,13 +405,21 @@ def load_state_dict_file(module: nn.Module, path: Path, arch: str, strict: bool 
     and shape fit are loaded, the rest keep their values, and the returned sentence says what was left out
     (empty when everything fitted).
     """
-    return load_state_dict(module, read_state_dict(Path(path)), f"Weights file '{path}'", arch, strict=strict)
+    return load_state_dict(
+        module, read_state_dict(Path(path)), f"Weights file '{path}'", arch, strict=strict, path=str(path)
+    )
 
 
 def load_state_dict(
-    module: nn.Module, state: Mapping[str, torch.Tensor], what: str, arch: str, strict: bool = True
+    module: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    what: str,
+    arch: str,
+    strict: bool = True,
+    path: str | None = None,
 ) -> str:
-    """Load ``state`` into ``module`` (see :func:`load_state_dict_file`); ``what`` names the source in messages."""
+    """Load ``state`` into ``module`` (see :func:`load_state_dict_file`); ``what`` names the source in messages,
+    ``path`` (the file it came from) goes into the errors' ``path`` field."""
     own = module.state_dict()
     state = dict(state)
     if set(state) != set(own):
@@ -391,12 +448,14 @@ def load_state_dict(
         return ""
     if strict:
         raise ModelError(
-            f"{what} does not fit {arch}: " + "; ".join(problems) + " (a non-strict load would load the rest)."
+            f"{what} does not fit {arch}: " + "; ".join(problems) + " (a non-strict load would load the rest).",
+            path=path,
         )
     fitting = {k: v for k, v in state.items() if k in own and v.shape == own[k].shape}
     if not fitting:
         raise ModelError(
-            f"{what} does not fit {arch} at all: none of its {len(state)} tensors has a matching name and shape."
+            f"{what} does not fit {arch} at all: none of its {len(state)} tensors has a matching name and shape.",
+            path=path,
         )
     module.load_state_dict(fitting, strict=False)
     return (

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import HookscopeError, ModelError
+from app.core.errors import HookscopeError
 
 if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
     from app.core.hooks import HookRegistry
@@ -111,6 +111,7 @@ def model_entry(loaded: LoadedModel, sha256: str | None = None) -> dict[str, Any
             entry["arch"] = loaded.name
         if entry["source"] == "state_dict" or os.path.abspath(str(loaded.weights)) == entry["path"]:
             entry["weights"] = "none"  # the weights are the model file itself
+        sha256 = sha256 or getattr(loaded, "model_sha256", "")
         entry["sha256"] = sha256 or (file_sha256(file) if file.is_file() else None)
     if _is_file_weights(entry["weights"]):
         entry["weights"] = os.path.abspath(entry["weights"])
@@ -193,9 +194,13 @@ def save_session(session: Session, path: str | os.PathLike) -> None:
     try:
         document = json.dumps(session_document(session, target), indent=2)
     except (TypeError, ValueError) as error:
-        raise HookscopeError(f"The session holds a value that cannot be saved as JSON ({error}).") from error
+        raise HookscopeError(
+            f"The session holds a value that cannot be saved as JSON ({error}).", path=str(target)
+        ) from error
     except OSError as error:
-        raise HookscopeError(f"Cannot read a file the session names: {error.strerror or error}.") from error
+        raise HookscopeError(
+            f"Cannot read a file the session names: {error.strerror or error}.", path=error.filename
+        ) from error
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=".session-", suffix=".tmp", dir=target.parent)
@@ -203,7 +208,9 @@ def save_session(session: Session, path: str | os.PathLike) -> None:
             stream.write(document + "\n")
         os.replace(temporary, target)
     except OSError as error:
-        raise HookscopeError(f"Cannot write '{target}': {error.strerror or type(error).__name__}.") from error
+        raise HookscopeError(
+            f"Cannot write '{target}': {error.strerror or type(error).__name__}.", path=str(target)
+        ) from error
 
 
 # ---- loading -----------------------------------------------------------------------------------------------
@@ -236,22 +243,23 @@ def load_session(path: str | os.PathLike) -> tuple[Session, list[str]]:
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise HookscopeError(f"Session file '{source}' does not exist.") from None
+        raise HookscopeError(f"Session file '{source}' does not exist.", path=str(source)) from None
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or type(error).__name__
-        raise HookscopeError(f"Cannot read session file '{source}': {reason}.") from error
+        raise HookscopeError(f"Cannot read session file '{source}': {reason}.", path=str(source)) from error
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise HookscopeError(
-            f"'{source}' is not a Hookscope session: invalid JSON at line {error.lineno}, column {error.colno}."
+            f"'{source}' is not a Hookscope session: invalid JSON at line {error.lineno}, column {error.colno}.",
+            path=str(source),
         ) from None
     if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT or not isinstance(data.get("model"), dict):
-        raise HookscopeError(f"'{source}' is not a Hookscope session file.")
+        raise HookscopeError(f"'{source}' is not a Hookscope session file.", path=str(source))
     try:
         return _session_of(data, Path(os.path.abspath(source)).parent)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
-        raise HookscopeError(f"'{source}' is a damaged Hookscope session ({error}).") from None
+        raise HookscopeError(f"'{source}' is a damaged Hookscope session ({error}).", path=str(source)) from None
 
 
 def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
@@ -340,33 +348,12 @@ def load_session_model(session: Session, *, trust: bool = False, strict: bool = 
     """Build the session's model with its weights and preprocessing; any problem raises one readable line.
 
     A model file that runs code when opened (a pickled model, ``model.py:build``) needs ``trust`` again: a
-    session may come from someone else, so it never carries trust with it.
+    session may come from someone else, so it never carries trust with it. The same as
+    ``open_model(ModelSource.from_session(session, trust=trust, non_strict=not strict))`` (``app.core.pipeline``).
     """
-    from app.core.images import Preprocess
-    from app.core.models import load_model
+    from app.core.pipeline import ModelSource, open_model
 
-    blocking = session.blocking_problem()
-    if blocking:
-        raise ModelError(blocking)
-    model = session.model
-    seed = int(model.get("seed", 0))
-    weights = str(model.get("weights", "none"))
-    if model.get("path"):
-        from app.core.model_files import open_model_file
-
-        spec = f"{model['path']}:{model['factory']}" if model.get("factory") else model["path"]
-        loaded = open_model_file(
-            spec, arch=model.get("arch"), trust=trust, strict=strict, seed=seed,
-            weights=weights if _is_file_weights(weights) else None,
-        )  # fmt: skip
-    else:
-        loaded = load_model(str(model.get("name", "resnet18")), weights, seed, strict=strict)
-    if session.preprocessing:
-        try:
-            loaded.preprocess = Preprocess(**session.preprocessing)
-        except (TypeError, ValueError) as error:
-            raise ModelError(f"The session's preprocessing is not valid ({error}).") from error
-    return loaded
+    return open_model(ModelSource.from_session(session, trust=trust, non_strict=not strict))
 
 
 def register_session_hooks(registry: HookRegistry, session: Session) -> list[str]:

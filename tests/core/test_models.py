@@ -21,7 +21,9 @@ def test_random_weights_are_reproducible_per_seed():
     a, b, c = load_model("resnet18", "none", seed=0), load_model("resnet18", "none", seed=0), load_model("resnet18", "none", seed=1)
     assert torch.equal(a.module.conv1.weight, b.module.conv1.weight)
     assert not torch.equal(a.module.conv1.weight, c.module.conv1.weight)
-    assert not a.pretrained and a.categories is None and not a.module.training
+    assert not a.pretrained and not a.module.training
+    # random weights, yet the classes are named from the default weights' metadata
+    assert a.categories == torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"] and a.categories[281] == "tabby"
     assert (a.preprocess.resize, a.preprocess.crop) == (256, 224)
 
 
