@@ -1,5 +1,6 @@
 """The hook inspector, offscreen: it lists and counts the live handles, copies each hook's plain PyTorch, and
-removes hooks through the window's own paths, so the tree and the panels follow."""
+removes hooks through the workspace, so the tree and the panels follow. (tests/ui/test_inspector_feature.py tests
+the feature without a window.)"""
 
 from __future__ import annotations
 
@@ -9,34 +10,44 @@ from PySide6.QtWidgets import QApplication
 from app.core.hooks import FALLBACK, HookInfo
 from app.core.interventions import Intervention
 from app.core.snippets import registry_script, snippet_for
-from app.ui.features.inspector import METHOD, MODULE, NOTE, REMOVE, ROLE
+from app.ui.features.inspector import METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
 from app.ui.main_window import MainWindow
-from app.ui.widgets.module_tree import KIND_COLUMNS
+from app.ui.widgets.module_tree import KIND_COLUMNS, ModuleTreeModel
 
 RUN_TIMEOUT_MS = 120_000
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
+def inspector_of(window: MainWindow) -> InspectorFeature:
+    return window.features["inspector"]
+
+
+def tree_model(window: MainWindow) -> ModuleTreeModel:
+    model = window.findChild(ModuleTreeModel)
+    assert model is not None
+    return model
+
+
 def row_of(window: MainWindow, path: str, kind: str, edit: bool = False) -> int:
-    for row, info in enumerate(window.inspector.infos):
+    for row, info in enumerate(inspector_of(window).infos):
         if (info.path, info.kind, info.edit_id is not None) == (path, kind, edit):
             return row
     raise AssertionError(f"no inspector row for {path} {kind}")
 
 
 def info_at(window: MainWindow, row: int) -> HookInfo:
-    return window.inspector.infos[row]
+    return inspector_of(window).infos[row]
 
 
 def test_the_inspector_counts_the_live_handles_and_copies_each_hooks_code(window: MainWindow, qtbot) -> None:
-    inspector, registry = window.inspector, window.registry
+    inspector, registry = inspector_of(window), window.workspace.registry
     assert inspector.count_label.text() == f"{registry.handle_count()} live hooks" == "4 live hooks"
     assert inspector.table.rowCount() == len(registry.live_hooks()) == 4
 
-    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.interventions.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
+    with qtbot.waitSignal(window.workspace.run_applied, timeout=RUN_TIMEOUT_MS):
+        window.workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
         assert inspector.count_label.text() == "5 live hooks"  # at once: the inspector follows every change
-        window.tick("layer2.0.bn1", "backward")  # followed by an in-place ReLU: the engine falls back
+        window.workspace.tick("layer2.0.bn1", "backward")  # followed by an in-place ReLU: the engine falls back
     assert inspector.count_label.text() == f"{registry.handle_count()} live hooks" == "6 live hooks"
     assert [info_at(window, row) for row in range(inspector.table.rowCount())] == registry.live_hooks()
 
@@ -56,7 +67,7 @@ def test_the_inspector_counts_the_live_handles_and_copies_each_hooks_code(window
     assert info.method == FALLBACK and inspector.table.item(row, METHOD).text() == FALLBACK
     assert inspector.table.item(row, NOTE).text() == info.note and "in-place" in info.note
     inspector.table.selectRow(row)
-    assert inspector.note.isVisibleTo(inspector) and inspector.note.text() == info.note
+    assert inspector.note.isVisibleTo(inspector.widget) and inspector.note.text() == info.note
     assert inspector.code.toPlainText() == snippet_for(registry, info)
 
     qtbot.mouseClick(inspector.copy_all_button, Qt.MouseButton.LeftButton)
@@ -66,12 +77,12 @@ def test_the_inspector_counts_the_live_handles_and_copies_each_hooks_code(window
 
 
 def test_remove_one_unticks_it_and_remove_all_leaves_no_hook_and_no_tick(window: MainWindow, qtbot) -> None:
-    inspector, model = window.inspector, window.tree_model
-    conv = window.loaded.module.get_submodule("layer4.1.conv2")
+    inspector, model = inspector_of(window), tree_model(window)
+    conv = window.workspace.loaded.module.get_submodule("layer4.1.conv2")
     before = len(conv._forward_hooks)
     row = row_of(window, "layer4.1.conv2", "forward")
     assert inspector.table.item(row, MODULE).text() == "layer4.1.conv2"
-    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+    with qtbot.waitSignal(window.workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(inspector.table.cellWidget(row, REMOVE), Qt.MouseButton.LeftButton)
     assert len(conv._forward_hooks) == before - 1
     index = model.index_of("layer4.1.conv2", KIND_COLUMNS["forward"])
@@ -79,22 +90,31 @@ def test_remove_one_unticks_it_and_remove_all_leaves_no_hook_and_no_tick(window:
     assert ("forward", "layer4.1.conv2") not in window.panel_area.panels
     assert inspector.count_label.text() == "3 live hooks"
 
-    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.interventions.add_edit(Intervention("scale", "layer3", factor=0.5))
-        window.tick("layer2.0.bn1", "pre")
-    assert window.registry.handle_count() == 5
+    with qtbot.waitSignal(window.workspace.run_applied, timeout=RUN_TIMEOUT_MS):
+        window.workspace.add_edit(Intervention("scale", "layer3", factor=0.5))
+        window.workspace.tick("layer2.0.bn1", "pre")
+    assert window.workspace.registry.handle_count() == 5
 
-    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+    with qtbot.waitSignal(window.workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(inspector.remove_all_button, Qt.MouseButton.LeftButton)
-    for name, module in window.loaded.module.named_modules():
+    for name, module in window.workspace.loaded.module.named_modules():
         for attribute in HOOK_DICTS:
             assert not getattr(module, attribute), f"{name or '(model)'} still has {attribute}"
-    assert window.registry.handle_count() == 0 and window.ticked_pairs() == set()
+    assert window.workspace.registry.handle_count() == 0 and window.workspace.ticked_pairs() == set()
     for node in model.nodes:
         for column in KIND_COLUMNS.values():
             assert (
                 model.data(model.index_of(node.path, column), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Unchecked
             )
     assert not window.panel_area.panels
-    assert window.interventions.rows() == [] and window.registry.edits() == []
+    assert window.features["interventions"].rows() == [] and window.workspace.registry.edits() == []
     assert inspector.count_label.text() == "0 live hooks" and inspector.table.rowCount() == 0
+
+
+def test_ctrl_i_brings_the_inspector_to_the_front(window: MainWindow) -> None:
+    action = window.menus.actions[SHOW_ACTION]
+    assert action.shortcut().toString() == "Ctrl+I"
+    dock = inspector_of(window).dock
+    dock.setVisible(False)
+    action.trigger()
+    assert dock.isVisible()

@@ -1,43 +1,48 @@
-"""The Grad-CAM dock: where in the image one module's activations push the target class, over the input image.
+"""The Grad-CAM feature: where in the image one module's activations push the target class, over the input image.
 
 Grad-CAM needs the module's activations (a forward hook) and the gradient of the target with respect to them (a
-full backward hook, or its tensor-hook fallback); ``show_module`` ticks whichever is missing, as a click in the
-tree would, and says so. The map is recomputed after every run (``run_grad_cam``), for the window's target class.
+full backward hook, or its tensor-hook fallback); ``show_module`` ticks whichever is missing through the workspace,
+as a click in the tree would, and says so. The map is recomputed after every run (``run_grad_cam``), for the
+workspace's target class. "Grad-CAM of <module>" is offered in the module menu and the channel-tile menu for every
+module whose output is spatial.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSlider, QVBoxLayout, QWidget
 
 from app.core.cam import GRADIENT_KINDS, has_spatial_output, overlay, run_grad_cam
 from app.core.errors import HookscopeError
-from app.core.pictures import KIND_LABELS
+from app.core.pictures import KIND_LABELS, PanelPicture
 from app.core.resources import colormap_lut
-from app.ui.state.requests import RunOutcome
+from app.ui.host import DockSpec, Host
+from app.ui.state.requests import LoadOutcome, RunOutcome
+from app.ui.state.workspace import Workspace
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
-
+FEATURE_ID = "grad_cam"
+DOCK_ID = "grad_cam"
 CAM_COLORMAP = "inferno"
+PROMPT = "Right-click a module (or a channel tile) and choose Grad-CAM."
 
 
-class GradCamView(QWidget):
+class GradCamFeature:
     """One module's Grad-CAM laid over the input image, with an opacity slider; refreshed after every run."""
 
-    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._window = window
+    id = FEATURE_ID
+
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        self.workspace = workspace
+        self.host = host
         self.path: str | None = None
         self.cam: np.ndarray | None = None  # float32 (H, W) in [0, 1], the input's size
         self._input: np.ndarray | None = None
         self._tick_note = ""
 
-        self.title = QLabel("Right-click a module (or a channel tile) and choose Grad-CAM.")
+        self.widget = QWidget()
+        self.title = QLabel(PROMPT)
         self.title.setObjectName("panelTitle")
         self.title.setWordWrap(True)
         self.module_box = QComboBox()
@@ -45,7 +50,7 @@ class GradCamView(QWidget):
         self.module_box.setMinimumContentsLength(16)
         self.module_box.textActivated.connect(self.show_module)
         self.view = pg.GraphicsLayoutWidget()
-        self.view.setMinimumHeight(200)
+        self.view.setMinimumHeight(160)
         self._box = self.view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self._box.setMouseEnabled(False, False)
         self.image_item = pg.ImageItem()
@@ -64,7 +69,7 @@ class GradCamView(QWidget):
         opacity_row = QHBoxLayout()
         opacity_row.addWidget(QLabel("Opacity"))
         opacity_row.addWidget(self.opacity, 1)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.title)
         layout.addLayout(top)
@@ -72,13 +77,19 @@ class GradCamView(QWidget):
         layout.addLayout(opacity_row)
         layout.addWidget(self.note)
 
-        window.run_applied.connect(self._on_run_applied)
-        window.model_ready.connect(self._on_model_ready)
+        self.dock = host.add_dock(
+            DockSpec(DOCK_ID, "Grad-CAM", area="right", tab_with="input", visible=False), self.widget
+        )
+        host.add_module_menu(self.module_entries)
+        host.add_tile_menu(self.tile_entries)
+        workspace.run_applied.connect(self._on_run_applied)
+        workspace.model_changed.connect(self._on_model_changed)
+        workspace.target_changed.connect(self._on_target_changed)
 
-    # ---- public -------------------------------------------------------------------------------------------
+    # ---- menus --------------------------------------------------------------------------------------------------
     def applies_to(self, path: str) -> bool | None:
         """Whether ``path``'s output is spatial (C, H, W) in the last survey; None when not known yet."""
-        registry = self._window.registry
+        registry = self.workspace.registry
         survey = registry.survey if registry is not None else None
         if survey is None:
             return None
@@ -87,63 +98,76 @@ class GradCamView(QWidget):
             return False
         return has_spatial_output(tuple(run.output_shapes[0]))
 
+    def module_entries(self, menu: QMenu, path: str) -> None:
+        if self.applies_to(path) is not False:
+            menu.addSeparator()
+            action = menu.addAction(f"Grad-CAM of {path or 'the model'}")
+            action.setToolTip("Where in the image this module's activations push the target class")
+            action.triggered.connect(lambda *_: self.show_module(path))
+
+    def tile_entries(self, menu: QMenu, picture: PanelPicture, _channel: int) -> None:
+        self.module_entries(menu, picture.path)
+
+    # ---- showing a module -----------------------------------------------------------------------------------
     def show_module(self, path: str) -> bool:
         """Show the Grad-CAM of ``path``, ticking its activations and gradients if either is missing."""
-        window = self._window
-        registry = window.registry
+        workspace = self.workspace
+        registry = workspace.registry
         if registry is None:
-            window.show_error("No model is loaded yet.")
+            self.host.show_error("No model is loaded yet.")
             return False
         if path not in registry.paths:
-            window.show_error(f"The model has no module '{path}'.")
+            self.host.show_error(f"The model has no module '{path}'.")
             return False
         if self.applies_to(path) is False:
             shapes = registry.survey.run_of(path).output_shapes if registry.survey is not None else []
             shape = "×".join(map(str, shapes[0])) if shapes else "no output in the last run"
-            window.show_error(
+            self.host.show_error(
                 f"Grad-CAM needs a module with spatial output (C, H, W); {path or 'the model'} gives {shape}."
             )
             return False
         self.path = path
-        ticked = []
+        wanted = []
         if not registry.has(path, "forward"):
-            ticked.append("forward")
+            wanted.append("forward")
         if not any(registry.has(path, kind) for kind in GRADIENT_KINDS):
-            ticked.append("backward")
-        for kind in ticked:
-            window.tick(path, kind, True)  # the same path as a click: the run follows
+            wanted.append("backward")
+        ticked = [kind for _, kind, _ in workspace.set_ticked([(path, kind) for kind in wanted], True)]
         self._tick_note = ""
         if ticked:
             what = " and ".join(KIND_LABELS[k].lower() for k in ticked)
             self._tick_note = f"Grad-CAM needs the activations and the gradients of {path}: ticked its {what}."
-            window.statusBar().showMessage(f"Grad-CAM of {path}: ticked its {what}.", 6000)
+            self.host.show_status(f"Grad-CAM of {path}: ticked its {what}.", 6000)
         self.note.setText(self._tick_note)
         self._sync_modules()
-        outcome = window.last_outcome
+        outcome = workspace.last
         if not ticked and outcome is not None:
             self._compute(outcome)
         else:
             self.title.setText(f"Grad-CAM of {path}: waiting for the run…")
-        dock = getattr(window, "grad_cam_dock", None)
-        if dock is not None:
-            dock.setVisible(True)
-            dock.raise_()
+        self.host.show_dock(DOCK_ID)
         return True
 
-    # ---- runs ---------------------------------------------------------------------------------------------
-    def _on_model_ready(self) -> None:
-        registry = self._window.registry
+    # ---- the workspace's signals ----------------------------------------------------------------------------
+    def _on_model_changed(self, _outcome: LoadOutcome) -> None:
+        registry = self.workspace.registry
         if self.path is not None and (registry is None or self.path not in registry.paths):
             self.path = None
             self.cam = None
             self.image_item.clear()
-            self.title.setText("Right-click a module (or a channel tile) and choose Grad-CAM.")
+            self.note.setText("")
+            self.title.setText(PROMPT)
+
+    def _on_target_changed(self, _target: object) -> None:
+        if self.path is not None:
+            self.title.setText(f"Grad-CAM of {self.path}: waiting for the run…")
 
     def _on_run_applied(self, outcome: RunOutcome) -> None:
         self._sync_modules(outcome)
         if self.path is not None:
             self._compute(outcome)
 
+    # ---- the map --------------------------------------------------------------------------------------------
     def _compute(self, outcome: RunOutcome) -> None:
         path = self.path
         if path is None:
@@ -158,23 +182,17 @@ class GradCamView(QWidget):
             return
         self.cam, self._input = cam, outcome.input_display
         target = result.target
-        categories = self._window.loaded.categories if self._window.loaded is not None else None
-        if result.target_index is not None and categories:
+        loaded = self.workspace.loaded
+        categories = loaded.categories if loaded is not None else None
+        if result.target_index is not None and categories and 0 <= result.target_index < len(categories):
             target += f": {categories[result.target_index]}"
         self.title.setText(f"Grad-CAM of {path} for the {target}")
         zero = float(cam.max(initial=0.0)) == 0.0
-        self.note.setText(
-            " ".join(
-                t
-                for t in (
-                    self._tick_note,
-                    "The map is zero everywhere: the channels' weighted sum is negative at every position."
-                    if zero
-                    else "",
-                )
-                if t
-            )
+        notes = (
+            self._tick_note,
+            "The map is zero everywhere: the channels' weighted sum is negative at every position." if zero else "",
         )
+        self.note.setText(" ".join(t for t in notes if t))
         self._redraw()
         self._box.autoRange(padding=0.01)
 
@@ -186,7 +204,7 @@ class GradCamView(QWidget):
 
     def _sync_modules(self, outcome: RunOutcome | None = None) -> None:
         """The module box lists every module the last run can give a Grad-CAM for, and the current one."""
-        outcome = outcome or self._window.last_outcome
+        outcome = outcome or self.workspace.last
         paths: list[str] = []
         if outcome is not None:
             result = outcome.result

@@ -1,14 +1,13 @@
-"""The hook inspector: every live hook handle on the model, and the plain PyTorch that registers it.
+"""The hook inspector feature: every live hook handle on the model, and the plain PyTorch that registers it.
 
 It lists ``registry.live_hooks()`` (module, kind, the PyTorch method, whether it reads or edits, and the engine's
-note where it used a fallback), counts the handles, removes one hook or all of them through the window's own
-paths (an untick for a capture hook, so the tree and the panels follow), and shows ``snippet_for`` of the selected
-hook, copyable, with ``registry_script`` for all of them: what was done in the window, redone in a script.
+note where it used a fallback), counts the handles, removes one hook or all of them through the workspace (an
+untick for a capture hook, so the tree and the panels follow), and shows ``snippet_for`` of the selected hook,
+copyable, with ``registry_script`` for all of them: what was done in the window, redone in a script. Its dock shares
+a tab stack with the Interventions; Hooks > Hook inspector (Ctrl+I) brings it to the front.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFontDatabase
@@ -30,10 +29,13 @@ from PySide6.QtWidgets import (
 
 from app.core.hooks import FALLBACK, HookInfo
 from app.core.snippets import registry_script, snippet_for
-from app.ui.widgets.module_tree import KIND_COLUMNS
+from app.ui.actions.specs import ActionSpec
+from app.ui.host import DockSpec, Host
+from app.ui.state.workspace import Workspace
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+FEATURE_ID = "inspector"
+DOCK_ID = "inspector"
+SHOW_ACTION = "hooks.inspector"
 
 COLUMNS = ("Module", "Kind", "Method", "Reads/edits", "Note", "")
 MODULE, KIND, METHOD, ROLE, NOTE, REMOVE = range(len(COLUMNS))
@@ -43,12 +45,15 @@ def hook_identity(info: HookInfo) -> tuple[str, str, int | None]:
     return info.path, info.kind, info.edit_id
 
 
-class HookInspector(QWidget):
+class InspectorFeature:
     """A table of the live hooks with a count, Remove / Remove all, and each hook's code."""
 
-    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._window = window
+    id = FEATURE_ID
+
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        self.workspace = workspace
+        self.host = host
+        self.widget = QWidget()
         self.infos: list[HookInfo] = []
         self._shown: tuple[int, int, list[HookInfo]] | None = None  # what the table holds: registry, count, hooks
 
@@ -112,23 +117,49 @@ class HookInspector(QWidget):
         splitter.addWidget(code_box)
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addWidget(splitter, 1)
 
-        window.hooks_changed.connect(self.refresh)
-        window.model_ready.connect(self.refresh)
-        window.run_applied.connect(lambda *_: self.refresh())  # a run's survey may switch a hook to its fallback
+        self.dock = host.add_dock(
+            DockSpec(DOCK_ID, "Hook inspector", area="left", tab_with="interventions"), self.widget
+        )
+        host.add_actions([
+            ActionSpec(
+                SHOW_ACTION,
+                "Hook inspector",
+                "Hooks",
+                callback=lambda: host.show_dock(DOCK_ID),
+                group=60,
+                order=20,
+                shortcut="Ctrl+I",
+                tooltip="Every live hook, with the plain PyTorch that registers it",
+            )
+        ])
+        workspace.hooks_changed.connect(self._on_hooks_changed)
+        workspace.model_changed.connect(self._on_model_changed)
+        workspace.run_applied.connect(self._on_run_applied)
+        self.refresh()
+
+    # ---- the workspace's signals ------------------------------------------------------------------------------
+    def _on_hooks_changed(self, _changes: object = None) -> None:
+        self.refresh()
+
+    def _on_model_changed(self, _outcome: object = None) -> None:
+        self.refresh()
+
+    def _on_run_applied(self, _outcome: object = None) -> None:
+        self.refresh()  # a run's survey may switch a hook to its fallback
 
     # ---- the table ----------------------------------------------------------------------------------------
     @property
     def count(self) -> int:
-        registry = self._window.registry
+        registry = self.workspace.registry
         return registry.handle_count() if registry is not None else 0
 
     def refresh(self) -> None:
-        registry = self._window.registry
+        registry = self.workspace.registry
         infos = registry.live_hooks() if registry is not None else []
         count = self.count
         shown = (id(registry), count, infos)
@@ -183,7 +214,7 @@ class HookInspector(QWidget):
     # ---- code ---------------------------------------------------------------------------------------------
     def _show_code(self) -> None:
         info = self.selected()
-        registry = self._window.registry
+        registry = self.workspace.registry
         self.copy_button.setEnabled(info is not None)
         self.copy_all_button.setEnabled(bool(self.infos))
         if info is None or registry is None:
@@ -203,41 +234,25 @@ class HookInspector(QWidget):
         text = self.code.toPlainText()
         if text:
             QApplication.clipboard().setText(text)
-            self._window.statusBar().showMessage("Copied the hook's code.", 3000)
+            self.host.show_status("Copied the hook's code.", 3000)
         return text
 
     def copy_script(self) -> str:
-        registry = self._window.registry
+        registry = self.workspace.registry
         if registry is None:
             return ""
         text = registry_script(registry)
         QApplication.clipboard().setText(text)
-        self._window.statusBar().showMessage(f"Copied a script of {len(self.infos)} hooks.", 3000)
+        self.host.show_status(f"Copied a script of {len(self.infos)} hooks.", 3000)
         return text
 
-    # ---- removing -----------------------------------------------------------------------------------------
+    # ---- removing -----------------------------------------------------------------------------------------------
     def remove_hook(self, info: HookInfo) -> None:
-        """Remove one hook the way the window would: an edit through the Interventions panel, a tick by unticking."""
-        window = self._window
-        registry = window.registry
-        if registry is None:
-            return
-        if info.edit_id is not None:
-            window.interventions.remove_edit(info.edit_id)
-        elif info.kind in KIND_COLUMNS and window.tick(info.path, info.kind, False):
-            pass  # the tree, the panels and the run follow the untick
-        else:
-            registry.remove_hook(info)
-            window.registry_changed()
+        """Remove one hook through the workspace: a tick is unticked (the tree and the panels follow), an edit
+        removed."""
+        self.workspace.remove_hook(info)
 
     def remove_all(self) -> None:
-        """Untick every module (the tree and the panels follow), remove every intervention, and anything left."""
-        window = self._window
-        registry = window.registry
-        if registry is None:
-            return
-        window.untick_all()
-        window.interventions.remove_all(rerun=False)
-        if registry.handle_count():
-            registry.clear()
-        window.registry_changed()
+        """Untick every module and remove every intervention: no hook is left, and one run follows."""
+        self.workspace.untick_all()
+        self.workspace.remove_all_edits()

@@ -1,36 +1,28 @@
-"""The Interventions dock: edits of what flows through the network, each a hook that returns a value.
+"""The Interventions feature: edits of what flows through the network, each a hook that returns a value.
 
-Every edit lives in the window's ``HookRegistry`` (``add_edit`` / ``set_edit_enabled`` / ``remove_edit``), which
-stays the source of truth; this panel lists them with an on/off switch and a remove button, adds them from a
-dialog or from context menus (a channel tile, a module in the tree), and re-runs at once through the window's run
-scheduling (``MainWindow.registry_changed``). The predictions then show the change of each top-5 probability
-against the same input run with every edit suspended (``capture_run(..., baseline=True)``).
+Every edit lives in the workspace's ``HookRegistry``; this feature lists them (with an on/off switch and a remove
+button) in the Interventions dock, and adds them from a dialog (``dialogs/edit_dialog.py``), from the module menu
+and from the channel-tile menu. Every change goes through the workspace (``add_edit``, ``set_edit_enabled``,
+``remove_edit``, ``remove_all_edits``), which announces it and runs again; the predictions view shows the change of
+each top-5 probability from the run's outcome.
 
 An edit the engine refuses (a channel that does not exist, a full backward hook an in-place op would break) is an
-error through ``show_error``; an edit that fails in the run is switched off and shown as failed, and the run
-repeats without it, so the results on screen stay valid.
+error the workspace shows; an edit that fails in the run is switched off and marked *failed*, and the run repeats
+without it, so the results on screen stay valid. The failed edit is the one the error names (its ``edit_spec``, or
+for an unreadable image its ``path``: a mix edit's other image); an error that names none, and is not about an
+image or the device, is blamed on the edits switched on since the last run that came back.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFontDatabase
 from PySide6.QtWidgets import (
-    QComboBox,
-    QCompleter,
-    QDialog,
-    QDialogButtonBox,
-    QDoubleSpinBox,
-    QFileDialog,
-    QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QMenu,
     QPushButton,
     QToolButton,
@@ -40,33 +32,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.compare import prediction_changes
 from app.core.errors import DeviceError, HookscopeError, ImageError
 from app.core.hooks import HookInfo
-from app.core.images import IMAGE_SUFFIXES
-from app.core.interventions import CHANNEL_KINDS, EDIT_KINDS, Intervention
+from app.core.interventions import Intervention
 from app.core.pictures import PanelPicture
-from app.ui.state.requests import RunOutcome
+from app.ui.actions.specs import ActionSpec
+from app.ui.dialogs.edit_dialog import EditDialog
+from app.ui.host import DockSpec, Host
+from app.ui.state.requests import LoadOutcome, RunOutcome
+from app.ui.state.workspace import RunFailure, Workspace
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
-
-EDIT_LABELS: dict[str, str] = {
-    "zero": "Switch off channels of the output",
-    "keep": "Keep only some channels of the output",
-    "scale": "Scale the output (or some channels)",
-    "scale-input": "Scale the input (forward pre-hook)",
-    "scale-grad": "Scale the gradient of the output (tensor hook)",
-    "scale-grad-input": "Scale grad_input (full backward hook)",
-    "mix": "Mix the output with its output on another image",
-}
-DEFAULT_FACTORS: dict[str, float] = {
-    "scale": 2.0,
-    "scale-input": 2.0,
-    "scale-grad": 1.6,
-    "scale-grad-input": 1.6,
-    "mix": 0.5,
-}
+FEATURE_ID = "interventions"
+DOCK_ID = "interventions"
+ADD_ACTION = "hooks.add_intervention"
 # The module context menu: (label, edit kind).
 MODULE_ACTIONS: tuple[tuple[str, str], ...] = (
     ("Switch off channels…", "zero"),
@@ -81,163 +59,24 @@ FAILED_COLOR = QColor("#ff9b8f")
 OFF_COLOR = QColor("#9aa0aa")
 
 
-def parse_channels(text: str) -> tuple[int, ...]:
-    """``"3, 5 8-10"`` -> (3, 5, 8, 9, 10); a bad part raises ``HookscopeError`` in one line."""
-    channels: list[int] = []
-    for part in re.split(r"[,\s]+", text.strip()):
-        if not part:
-            continue
-        low, dash, high = part.partition("-")
-        if low.isdigit() and (not dash or high.isdigit()):
-            first, last = int(low), int(high) if dash else int(low)
-            if last < first:
-                raise HookscopeError(f"The range '{part}' runs backwards; write it low-high, e.g. 3-7.")
-            channels.extend(range(first, last + 1))
-        else:
-            raise HookscopeError(f"'{part}' is not a channel: channels are whole numbers from 0, e.g. 3, 5 or 8-10.")
-    return tuple(channels)
+def _same_file(a: str, b: str) -> bool:
+    return a == b or os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
 
 
-class EditDialog(QDialog):
-    """Add an intervention: kind, module (with completion), channels, factor, the other image of a mix."""
+class InterventionsFeature:
+    """The list of edits with their switches, the Add dialog, and the menu entries that add edits."""
 
-    def __init__(
-        self,
-        paths: list[str],
-        parent: QWidget | None = None,
-        *,
-        kind: str = "zero",
-        path: str = "",
-        channels: tuple[int, ...] = (),
-        factor: float | None = None,
-        other_image: str = "",
-    ) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Add an intervention")
-        self.setMinimumWidth(520)
-        self._paths = set(paths)
-        self.kind_box = QComboBox()
-        for key in EDIT_KINDS:
-            self.kind_box.addItem(EDIT_LABELS[key], key)
-        self.path_edit = QLineEdit(path)
-        self.path_edit.setPlaceholderText("module path, e.g. layer4.1.conv2")
-        completer = QCompleter(sorted(p for p in paths if p), self)
-        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        completer.setFilterMode(Qt.MatchFlag.MatchContains)
-        self.path_edit.setCompleter(completer)
-        self.channels_edit = QLineEdit(", ".join(str(c) for c in channels))
-        self.channels_edit.setPlaceholderText("e.g. 3, 5 or 8-10")
-        self.factor_box = QDoubleSpinBox()
-        self.factor_box.setDecimals(3)
-        self.factor_box.setRange(-1000.0, 1000.0)
-        self.factor_box.setSingleStep(0.1)
-        self.other_edit = QLineEdit(other_image)
-        self.other_edit.setPlaceholderText("the other image file")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        other_row = QHBoxLayout()
-        other_row.setContentsMargins(0, 0, 0, 0)
-        other_row.addWidget(self.other_edit, 1)
-        other_row.addWidget(browse)
-        self._other_widget = QWidget()
-        self._other_widget.setLayout(other_row)
-        self.preview = QLabel("")
-        self.preview.setWordWrap(True)
-        self.preview.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.problem = QLabel("")
-        self.problem.setWordWrap(True)
-        self.problem.setStyleSheet("color: #ff9b8f;")
-        self.form = QFormLayout()
-        self.form.addRow("Kind", self.kind_box)
-        self.form.addRow("Module", self.path_edit)
-        self.form.addRow("Channels", self.channels_edit)
-        self.form.addRow("Factor", self.factor_box)
-        self.form.addRow("Other image", self._other_widget)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Add")
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addLayout(self.form)
-        layout.addWidget(self.preview)
-        layout.addWidget(self.problem)
-        layout.addWidget(self.buttons)
+    id = FEATURE_ID
 
-        self.kind_box.currentIndexChanged.connect(self._on_kind)
-        for edit in (self.path_edit, self.channels_edit, self.other_edit):
-            edit.textChanged.connect(self._update)
-        self.factor_box.valueChanged.connect(self._update)
-        self.kind_box.setCurrentIndex(max(0, self.kind_box.findData(kind)))
-        self._on_kind()
-        if factor is not None:
-            self.factor_box.setValue(factor)
-        self._update()
-
-    @property
-    def kind(self) -> str:
-        return str(self.kind_box.currentData())
-
-    def _on_kind(self, *_: object) -> None:
-        kind = self.kind
-        self.form.setRowVisible(self.channels_edit, kind in (*CHANNEL_KINDS, "scale"))
-        self.form.setRowVisible(self.factor_box, kind not in CHANNEL_KINDS)
-        self.form.setRowVisible(self._other_widget, kind == "mix")
-        if kind == "mix":
-            self.factor_box.setRange(0.0, 1.0)
-            self.factor_box.setToolTip("lambda: lambda × this image + (1 − lambda) × the other image")
-        else:
-            self.factor_box.setRange(-1000.0, 1000.0)
-            self.factor_box.setToolTip("The factor to multiply by")
-        if kind in DEFAULT_FACTORS:
-            self.factor_box.setValue(DEFAULT_FACTORS[kind])
-        self._update()
-
-    def _browse(self) -> None:
-        patterns = " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES))
-        start = os.path.dirname(self.other_edit.text()) or os.path.expanduser("~")
-        path, _ = QFileDialog.getOpenFileName(self, "The other image", start, f"Images ({patterns});;All files (*)")
-        if path:
-            self.other_edit.setText(path)
-
-    def value(self) -> Intervention:
-        """The intervention the fields describe; ``HookscopeError`` (one line) where they describe none."""
-        kind, path = self.kind, self.path_edit.text().strip()
-        if path not in self._paths:
-            raise HookscopeError(f"The model has no module '{path}'." if path else "Choose a module.")
-        channels = parse_channels(self.channels_edit.text()) if kind in (*CHANNEL_KINDS, "scale") else ()
-        if kind in CHANNEL_KINDS:
-            return Intervention(kind, path, channels=channels)
-        other = self.other_edit.text().strip() if kind == "mix" else None
-        if kind == "mix" and other and not os.path.isfile(other):
-            raise HookscopeError(f"There is no file '{other}'.")
-        return Intervention(kind, path, channels=channels, factor=self.factor_box.value(), other_image=other or None)
-
-    def _update(self, *_: object) -> None:
-        try:
-            edit = self.value()
-        except HookscopeError as error:
-            self.problem.setText(str(error))
-            self.preview.setText("")
-            ok = False
-        else:
-            self.problem.setText("")
-            self.preview.setText(f"{edit.describe()}.\nCommand line: --edit {edit.spec}")
-            ok = True
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(ok)
-
-
-class InterventionsPanel(QWidget):
-    """The list of edits, with their switches; the menus and the dialog that add them."""
-
-    edits_changed = Signal()
-
-    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._window = window
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        self.workspace = workspace
+        self.host = host
         self.failed: dict[int, str] = {}  # edit id -> why it failed in a run (it was switched off)
-        self._pending: set[int] = set()  # added or switched on since the last run that came back
+        self._pending: set[int] = set()  # switched on since the last run that came back
+        self._seen: dict[int, Intervention] = self._edit_map()  # the edits at the last change seen
         self.dialog: EditDialog | None = None
 
+        self.widget = QWidget()
         self.tree = QTreeWidget()
         self.tree.setColumnCount(4)
         self.tree.setHeaderLabels(["On", "Intervention", "Spec", ""])
@@ -259,7 +98,7 @@ class InterventionsPanel(QWidget):
         self.add_button.clicked.connect(lambda: self.open_add_dialog())
         self.clear_button = QPushButton("Remove all")
         self.clear_button.setToolTip("Remove every intervention (their hooks go with them)")
-        self.clear_button.clicked.connect(self.remove_all)
+        self.clear_button.clicked.connect(lambda: self.remove_all())
         self.hint = QLabel("Right-click a channel tile or a module in the tree to change what flows through it.")
         self.hint.setObjectName("muted")
         self.hint.setWordWrap(True)
@@ -267,88 +106,69 @@ class InterventionsPanel(QWidget):
         buttons.addWidget(self.add_button)
         buttons.addWidget(self.clear_button)
         buttons.addStretch(1)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
         layout.addWidget(self.tree, 1)
         layout.addWidget(self.hint)
 
-        window.hooks_changed.connect(self.refresh)
-        window.model_ready.connect(self._on_model_ready)
-        window.run_applied.connect(self._on_run_applied)
-        window.run_failed.connect(self._on_run_failed)
+        self.dock = host.add_dock(DockSpec(DOCK_ID, "Interventions", area="left", below="modules"), self.widget)
+        host.add_actions([
+            ActionSpec(
+                ADD_ACTION,
+                "Add intervention…",
+                "Hooks",
+                callback=lambda: self.open_add_dialog(),
+                group=60,
+                order=10,
+                tooltip="Switch off or scale channels, scale an input or a gradient, mix with another image",
+            )
+        ])
+        host.add_module_menu(self.module_entries)
+        host.add_tile_menu(self.tile_entries)
 
-    # ---- the edits ----------------------------------------------------------------------------------------
+        workspace.hooks_changed.connect(self._on_hooks_changed)
+        workspace.model_changed.connect(self._on_model_changed)
+        workspace.run_applied.connect(self._on_run_applied)
+        workspace.failed.connect(self._on_failed)
+        self.refresh()
+
+    # ---- the edits (through the workspace) ---------------------------------------------------------------------
     def add_edit(self, edit: Intervention) -> int | None:
-        """Register ``edit`` on the live model and re-run; an edit the engine refuses is an error, not a row."""
-        registry = self._window.registry
-        if registry is None:
-            self._window.show_error("No model is loaded yet.")
-            return None
-        try:
-            edit_id = registry.add_edit(edit)
-        except HookscopeError as error:
-            self._window.show_error(str(error))
-            return None
-        if edit.enabled:
-            self._pending.add(edit_id)
-        self._window.statusBar().showMessage(f"Added: {edit.describe()}", 5000)
-        self._window.registry_changed()
-        return edit_id
+        """Register ``edit`` on the live model and run again; an edit the engine refuses is an error, not a row."""
+        return self.workspace.add_edit(edit)
 
     def set_enabled(self, edit_id: int, enabled: bool) -> bool:
         """Switch an edit on (its hook is registered again) or off (its hook is removed)."""
-        registry = self._window.registry
-        if registry is None:
-            return False
-        try:
-            registry.set_edit_enabled(edit_id, enabled)
-        except HookscopeError as error:
-            self._window.show_error(str(error))
-            self.refresh()
-            return False
         self.failed.pop(edit_id, None)
-        if enabled:
-            self._pending.add(edit_id)
-        else:
-            self._pending.discard(edit_id)
-        self._window.registry_changed()
-        return True
+        return self.workspace.set_edit_enabled(edit_id, enabled)
 
     def remove_edit(self, edit_id: int) -> None:
         """Remove the edit and its hook, and nothing else."""
-        registry = self._window.registry
-        if registry is None:
-            return
-        registry.remove_edit(edit_id)
-        self.failed.pop(edit_id, None)
-        self._pending.discard(edit_id)
-        self._window.registry_changed()
+        self.workspace.remove_edit(edit_id)
 
     def remove_all(self, rerun: bool = True) -> None:
-        registry = self._window.registry
-        if registry is None or not registry.edits():
-            return
-        for edit_id, _, _ in registry.edits():
-            registry.remove_edit(edit_id)
-        self.failed.clear()
-        self._pending.clear()
-        self._window.registry_changed(rerun)
+        self.workspace.remove_all_edits(rerun=rerun)
 
-    # ---- the list -----------------------------------------------------------------------------------------
+    def _edits(self) -> list[tuple[int, Intervention, HookInfo]]:
+        registry = self.workspace.registry
+        return registry.edits() if registry is not None else []
+
+    def _edit_map(self) -> dict[int, Intervention]:
+        return {edit_id: edit for edit_id, edit, _ in self._edits()}
+
+    # ---- the list -----------------------------------------------------------------------------------------------
     def rows(self) -> list[tuple[int, bool, str, str]]:
         """(edit id, on, description, spec) per row, as shown."""
         result = []
         for n in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(n)
-            result.append(
-                (
-                    int(item.data(ON, Qt.ItemDataRole.UserRole)),
-                    item.checkState(ON) == Qt.CheckState.Checked,
-                    item.text(DESCRIPTION),
-                    item.text(SPEC),
-                )
-            )
+            result.append((
+                int(item.data(ON, Qt.ItemDataRole.UserRole)),
+                item.checkState(ON) == Qt.CheckState.Checked,
+                item.text(DESCRIPTION),
+                item.text(SPEC),
+            ))
         return result
 
     def item_of(self, edit_id: int) -> QTreeWidgetItem | None:
@@ -360,12 +180,12 @@ class InterventionsPanel(QWidget):
 
     def refresh(self) -> None:
         """Follow the registry: rows updated in place while the edits are the same (a switch), else rebuilt."""
-        registry = self._window.registry
-        edits = registry.edits() if registry is not None else []
+        edits = self._edits()
+        ids = [edit_id for edit_id, _, _ in edits]
         self.tree.blockSignals(True)
-        if [row[0] for row in self.rows()] != [edit_id for edit_id, _, _ in edits]:
+        if [row[0] for row in self.rows()] != ids:
             self.tree.clear()
-            for edit_id, _, _ in edits:
+            for edit_id in ids:
                 item = QTreeWidgetItem()
                 item.setFlags(
                     Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsUserCheckable
@@ -384,7 +204,6 @@ class InterventionsPanel(QWidget):
             self._fill(self.tree.topLevelItem(n), edit_id, edit, info)
         self.tree.blockSignals(False)
         self.clear_button.setEnabled(bool(edits))
-        self.edits_changed.emit()
 
     def _fill(self, item: QTreeWidgetItem, edit_id: int, edit: Intervention, info: HookInfo) -> None:
         item.setCheckState(ON, Qt.CheckState.Checked if edit.enabled else Qt.CheckState.Unchecked)
@@ -410,121 +229,129 @@ class InterventionsPanel(QWidget):
         if edit_id is not None:
             self.set_enabled(int(edit_id), item.checkState(ON) == Qt.CheckState.Checked)
 
-    # ---- runs ---------------------------------------------------------------------------------------------
-    def _on_model_ready(self) -> None:
-        self.failed.clear()
-        self._pending.clear()
+    # ---- the workspace's signals ----------------------------------------------------------------------------
+    def _on_hooks_changed(self, _changes: object = None) -> None:
+        """Follow the edits: those switched on since the last change are pending until a run comes back; a failed
+        mark stays with its edit. A device move registers every edit again under a new id: an edit whose id went
+        is followed to a new id with the same value."""
+        previous, current = self._seen, self._edit_map()
+        fresh = [edit_id for edit_id in current if edit_id not in previous]
+        moved: dict[int, int] = {}
+        for old, edit in previous.items():
+            if old not in current:
+                new = next((i for i in fresh if current[i] == edit and i not in moved.values()), None)
+                if new is not None:
+                    moved[old] = new
+        self.failed = {moved.get(i, i): why for i, why in self.failed.items() if moved.get(i, i) in current}
+        enabled = {edit_id for edit_id, edit in current.items() if edit.enabled}
+        self._pending = {moved.get(i, i) for i in self._pending} & enabled
+        for edit_id in enabled - set(moved.values()):
+            if edit_id not in previous or not previous[edit_id].enabled:
+                self._pending.add(edit_id)  # added or switched on since the last change
+                self.failed.pop(edit_id, None)  # on again: it gets another chance
+        self._seen = current
         self.refresh()
 
-    def _on_run_applied(self, outcome: RunOutcome) -> None:
-        self._pending.clear()  # every edit on in that run worked
-        result = outcome.result
-        try:
-            changes = prediction_changes(result) if result.baseline_scores is not None else []
-        except HookscopeError:
-            changes = []
-        self._window.predictions.show_changes(changes)
+    def _on_model_changed(self, _outcome: LoadOutcome) -> None:
+        self.failed.clear()
+        self._pending.clear()  # carried edits were on and worked before; ids start again with the new registry
+        self._seen = self._edit_map()
+        self.refresh()
 
-    def _on_run_failed(self, message: str, error: object) -> None:
-        """Switch off the edit that made the run fail (named in the message, else the ones just added), and run
-        again without it; the error is on screen already."""
-        registry = self._window.registry
-        if registry is None:
+    def _on_run_applied(self, _outcome: RunOutcome) -> None:
+        self._pending.clear()  # every edit on in that run worked
+
+    def _on_failed(self, failure: RunFailure) -> None:
+        """Switch off the edit that made the run fail and run again without it (the error is on screen already).
+
+        The edit is the one the error's fields name: ``edit_spec``, or for an ``ImageError`` its ``path`` (the
+        other image of a mix edit). An error that names none and is not about an image or the device is blamed on
+        the edits switched on since the last run that came back.
+        """
+        if failure.load or self.workspace.registry is None:
             return
-        enabled = [(i, e) for i, e, _ in registry.edits() if e.enabled]
-        suspects = [
-            i
-            for i, e in enabled
-            if e.spec in message
-            or re.search(rf"\b{re.escape(e.path)}\b", message)
-            or (e.other_image and os.path.basename(e.other_image) in message)
-        ]
-        if not suspects and not isinstance(error, (ImageError, DeviceError)):
-            suspects = [i for i, _ in enabled if i in self._pending]
+        error = failure.error
+        enabled = [(edit_id, edit) for edit_id, edit, _ in self._edits() if edit.enabled]
+        spec = getattr(error, "edit_spec", None)
+        if spec is not None:
+            suspects = [edit_id for edit_id, edit in enabled if edit.spec == spec]
+        elif isinstance(error, ImageError):  # a mix edit's other image, or image A (no edit's fault)
+            unreadable = getattr(error, "path", None)
+            suspects = [
+                edit_id
+                for edit_id, edit in enabled
+                if unreadable and edit.kind == "mix" and edit.other_image and _same_file(edit.other_image, unreadable)
+            ]
+        elif isinstance(error, DeviceError):
+            suspects = []
+        else:
+            suspects = [edit_id for edit_id, _ in enabled if edit_id in self._pending]
         self._pending.clear()
         if not suspects:
             return
         for edit_id in suspects:
-            try:
-                registry.set_edit_enabled(edit_id, False)
-            except HookscopeError:
-                registry.remove_edit(edit_id)
-            self.failed[edit_id] = message
-        self._window.registry_changed()
+            self.failed[edit_id] = failure.message
+        for n, edit_id in enumerate(suspects, start=1):
+            if not self.workspace.set_edit_enabled(edit_id, False, rerun=n == len(suspects)):
+                self.workspace.remove_edit(edit_id)
 
-    # ---- menus and the dialog -----------------------------------------------------------------------------
+    # ---- menus and the dialog -------------------------------------------------------------------------------
     def open_add_dialog(
         self, kind: str = "zero", path: str = "", channels: tuple[int, ...] = (), factor: float | None = None
     ) -> EditDialog | None:
         """The Add dialog, prefilled; accepting it adds the edit (non-blocking: ``open()``)."""
-        registry = self._window.registry
+        registry = self.workspace.registry
         if registry is None:
-            self._window.show_error("No model is loaded yet.")
+            self.host.show_error("No model is loaded yet.")
             return None
         if self.dialog is not None:
             self.dialog.close()
         other = ""
-        image_b = self._window.compare.image_b
+        image_b = self.workspace.image_b
         if kind == "mix" and image_b is not None and image_b.path:
             other = image_b.path
         dialog = EditDialog(
-            registry.paths, self._window, kind=kind, path=path, channels=channels, factor=factor, other_image=other
+            registry.paths, self.host.dialog_parent(), kind=kind, path=path, channels=channels, factor=factor,
+            other_image=other,
         )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._on_dialog_accepted(dialog))
-        dialog.destroyed.connect(lambda *_: setattr(self, "dialog", None))
+        dialog.destroyed.connect(lambda *_: self._forget_dialog(dialog))
         self.dialog = dialog
         dialog.open()
         return dialog
+
+    def _forget_dialog(self, dialog: EditDialog) -> None:
+        if self.dialog is dialog:
+            self.dialog = None
 
     def _on_dialog_accepted(self, dialog: EditDialog) -> None:
         try:
             edit = dialog.value()
         except HookscopeError as error:
-            self._window.show_error(str(error))
+            self.host.show_error(str(error))
             return
         self.add_edit(edit)
 
-    def tile_menu(self, picture: PanelPicture, channel: int) -> QMenu:
-        """The context menu of one channel tile: switch it off, keep only it, scale it; Grad-CAM of the module."""
+    def tile_entries(self, menu: QMenu, picture: PanelPicture, channel: int) -> None:
+        """A channel tile's entries: switch it off, keep only it, scale it (or scale the input of a pre panel)."""
         path = picture.path
-        menu = QMenu(self._window)
-        menu.addSection(f"{picture.key} · channel {channel}")
-        output_channels = picture.kind != "pre" and not picture.leaf and len(picture.shape) >= 2
-        if output_channels:
+        if picture.kind != "pre" and not picture.leaf and len(picture.shape) >= 2:
             off = menu.addAction(f"Switch off channel {channel}")
             off.setToolTip(f"A forward hook on {path} that returns its output with channel {channel} set to 0")
             off.triggered.connect(lambda *_: self.add_edit(Intervention("zero", path, channels=(channel,))))
             keep = menu.addAction(f"Keep only channel {channel}")
+            keep.setToolTip(f"A forward hook on {path} that sets every channel but {channel} to 0")
             keep.triggered.connect(lambda *_: self.add_edit(Intervention("keep", path, channels=(channel,))))
             scale = menu.addAction(f"Scale channel {channel}…")
             scale.triggered.connect(lambda *_: self.open_add_dialog("scale", path, (channel,)))
         elif picture.kind == "pre":
             scale_input = menu.addAction(f"Scale the input of {path}…")
             scale_input.triggered.connect(lambda *_: self.open_add_dialog("scale-input", path))
-        menu.addSeparator()
-        self._add_grad_cam_action(menu, path)
-        return menu
 
-    def popup_tile_menu(self, picture: PanelPicture, channel: int, position: QPoint) -> None:
-        menu = self.tile_menu(picture, channel)
-        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        menu.popup(position)
-
-    def add_module_actions(self, menu: QMenu, path: str) -> list:
-        """The module context menu's intervention entries (and Grad-CAM where the module's output is spatial)."""
+    def module_entries(self, menu: QMenu, path: str) -> None:
+        """The module menu's intervention entries, each opening the Add dialog prefilled."""
         menu.addSection("Interventions")
-        actions = []
         for label, kind in MODULE_ACTIONS:
             action = menu.addAction(label)
             action.triggered.connect(lambda *_, k=kind: self.open_add_dialog(k, path))
-            actions.append(action)
-        self._add_grad_cam_action(menu, path)
-        return actions
-
-    def _add_grad_cam_action(self, menu: QMenu, path: str) -> None:
-        grad_cam = self._window.grad_cam
-        if grad_cam.applies_to(path) is not False:
-            action = menu.addAction(f"Grad-CAM of {path or 'the model'}")
-            action.setToolTip("Where in the image this module's activations push the target class")
-            action.triggered.connect(lambda *_: grad_cam.show_module(path))
