@@ -19,7 +19,8 @@ import numpy as np
 from app.core.capture import RunResult
 from app.core.compare import as_array, pair_records
 from app.core.export import GRADIENT_KINDS
-from app.core.pictures import (
+from app.core.pictures import (  # noqa: F401  (VIEWS: the panels' view drop-down, kept importable from here)
+    VIEWS,
     Arrangement,
     PanelPicture,
     PanelSettings,
@@ -30,7 +31,6 @@ from app.core.pictures import (
 )
 from app.core.views import ChannelData, MosaicLayout, as_channels
 
-VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # the panels' view drop-down
 DIFF_SORT = "diff"
 
 

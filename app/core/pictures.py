@@ -29,6 +29,7 @@ from app.core.views import (
 
 SCALINGS: dict[str, str] = {"channel": "per-channel scaling", "shared": "shared scaling"}
 SORTS: tuple[str, ...] = ("none", "mean", "max", "diff")  # "diff": by |A - B| with image B (else channel order)
+VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # with image B: what a panel draws (its drop-down)
 KIND_LABELS: dict[str, str] = {
     "pre": "Inputs",
     "forward": "Activations",
@@ -44,7 +45,8 @@ class PanelSettings:
 
     colormap: str = "viridis"
     scaling: str = "channel"  # "channel" or "shared"
-    sort: str = "none"  # "none", "mean" or "max" (descending)
+    sort: str = "none"  # "none", "mean" or "max" (descending); "diff" by |A − B| with image B
+    view: str = "A"  # with image B set: "A", "B" or "diff" (A − B); kept while B is not set
 
     def __post_init__(self) -> None:
         if self.colormap not in COLORMAPS:
@@ -53,6 +55,8 @@ class PanelSettings:
             raise ValueError(f"Unknown scaling '{self.scaling}'.")
         if self.sort not in SORTS:
             raise ValueError(f"Unknown sort '{self.sort}'.")
+        if self.view not in VIEWS:
+            raise ValueError(f"Unknown view '{self.view}'; use one of: {', '.join(VIEWS)}.")
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: it holds arrays

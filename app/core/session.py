@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 from app.core.errors import HookscopeError
 
 if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
+    from collections.abc import Mapping
+
     from app.core.hooks import HookRegistry
     from app.core.models import LoadedModel
+    from app.core.pictures import PanelSettings
 
 SESSION_VERSION = 1
 SESSION_FORMAT = "hookscope-session"
@@ -341,6 +344,53 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
     ui = data.get("ui", {})
     session.ui = dict(ui) if isinstance(ui, dict) else {}
     return session, problems
+
+
+# ---- the panels' settings ------------------------------------------------------------------------------------
+# A session's ``ui`` keeps how the panels are drawn: the defaults for panels made later ("sort", "view"; the
+# colormap and scaling are the session's own fields) and every panel's settings under "panels", one list
+# ``[path, kind, colormap, scaling, sort, view]`` each (sessions saved before the view was kept have five).
+
+
+def panels_ui(default: PanelSettings, panels: Mapping[tuple[str, str], PanelSettings]) -> dict[str, Any]:
+    """The ``ui`` entries for the panels' settings: each panel's colormap, scaling, channel order and its A / B /
+    A − B view, whether or not they differ from the defaults."""
+    return {
+        "sort": default.sort,
+        "view": default.view,
+        "panels": [[path, kind, s.colormap, s.scaling, s.sort, s.view] for (path, kind), s in sorted(panels.items())],
+    }
+
+
+def session_panel_settings(
+    session: Session,
+) -> tuple[PanelSettings, dict[tuple[str, str], PanelSettings], list[str]]:
+    """(default settings, each panel's settings, problem lines) as the session saved them (``panels_ui``).
+
+    A panel entry that is not valid is left out with one problem line; the rest is restored.
+    """
+    from app.core.pictures import PanelSettings
+
+    problems: list[str] = []
+    ui = session.ui
+    try:
+        default = PanelSettings(session.colormap, session.scaling, str(ui.get("sort", "none")),
+                                str(ui.get("view", "A")))
+    except ValueError as error:
+        default = PanelSettings(session.colormap, session.scaling)
+        problems.append(f"The session's default panel settings are not valid ({error}); the defaults are used.")
+    panels: dict[tuple[str, str], PanelSettings] = {}
+    entries = ui.get("panels", [])
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            values = [str(value) for value in entry]
+            if len(values) not in (5, 6):
+                raise ValueError(f"{len(values)} values instead of 6")
+            path, kind, *settings = values
+            panels[(path, kind)] = PanelSettings(*settings)
+        except (TypeError, ValueError) as error:
+            problems.append(f"The settings of panel {entry!r} are not valid ({error}); the defaults are used.")
+    return default, panels, problems
 
 
 # ---- running a session -------------------------------------------------------------------------------------

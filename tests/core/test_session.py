@@ -305,3 +305,40 @@ def test_a_mix_edit_restores_with_its_other_image_ready_to_blend(tmp_path, image
         assert torch.equal(others[str(images[1])], expected)
         blended = capture_run(loaded.module, registry, x, others=others).records[0].tensor
     assert not torch.equal(plain, blended)
+
+
+def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
+    from app.core.pictures import PanelSettings
+    from app.core.session import panels_ui, session_panel_settings
+
+    default = PanelSettings("magma", "shared", "mean", "B")
+    panels = {
+        ("layer1.0.conv1", "forward"): PanelSettings(view="diff"),  # only the view differs from the plain defaults
+        ("layer4.1.conv2", "backward"): PanelSettings("plasma", "channel", "diff", "B"),
+    }
+    path = tmp_path / "views.hookscope.json"
+    save_session(Session(hooks=[("layer1.0.conv1", "forward")], colormap="magma", scaling="shared",
+                         ui={**panels_ui(default, panels), "image_list": []}), path)
+    saved = json.loads(path.read_text())["ui"]
+    assert ["layer1.0.conv1", "forward", "viridis", "channel", "none", "diff"] in saved["panels"]
+    assert saved["view"] == "B" and saved["sort"] == "mean"
+
+    reopened, problems = load_session(path)
+    assert problems == []
+    assert session_panel_settings(reopened) == (default, panels, [])
+
+
+def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
+    from app.core.pictures import PanelSettings
+    from app.core.session import session_panel_settings
+
+    older = Session(colormap="gray", ui={"sort": "max", "panels": [["fc", "forward", "magma", "shared", "mean"]]})
+    default, panels, problems = session_panel_settings(older)  # saved before the view was kept: view A
+    assert default == PanelSettings("gray", "channel", "max", "A") and problems == []
+    assert panels == {("fc", "forward"): PanelSettings("magma", "shared", "mean", "A")}
+
+    damaged = Session(ui={"view": "C", "panels": [["fc", "forward", "magma", "shared", "mean", "sideways"],
+                                                  ["bn1", "forward", "magma", "shared", "mean", "diff"], 7]})
+    default, panels, problems = session_panel_settings(damaged)
+    assert default == PanelSettings() and panels == {("bn1", "forward"): PanelSettings("magma", "shared", "mean", "diff")}
+    assert len(problems) == 3 and "'C'" in problems[0] and "'sideways'" in problems[1] and "7" in problems[2]

@@ -31,7 +31,7 @@ def export_through_menu(panel, label: str, path: Path, monkeypatch) -> None:
 
 
 def record_of(window, kind: str, key: str):
-    return next(r for r in window.last_outcome.result.records if (r.kind, r.key) == (kind, key))
+    return next(r for r in window.workspace.last.result.records if (r.kind, r.key) == (kind, key))
 
 
 def test_png_and_svg_exports_are_the_mosaic_in_its_colormap(window, tmp_path, monkeypatch):
@@ -102,12 +102,13 @@ def _menu_actions(panel):
 
 
 def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
-    window.tick("layer2.0.conv1", "pre", True)
+    space = window.workspace
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        pass
+        space.tick("layer2.0.conv1", "pre", True)
     out = tmp_path / "run"
-    with qtbot.waitSignal(window.sessions.exported, timeout=RUN_TIMEOUT_MS):
-        assert window.sessions.export_run(out)
+    sessions = window.features["sessions"]
+    with qtbot.waitSignal(sessions.exported, timeout=RUN_TIMEOUT_MS):
+        assert sessions.export_run(out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["hook_kinds"] == ["forward", "pre", "backward"]
     assert manifest["model"]["name"] == "resnet18" and manifest["input_shape"] == [1, 3, 224, 224]
@@ -119,7 +120,7 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
         assert "layer2.0.conv1" in archive.files
     with np.load(out / "gradients.npz") as archive:
         assert set(archive.files) == {"layer1.0.conv1", "layer4.1.conv2"}
-    np.testing.assert_array_equal(np.load(out / "input.npy"), window.last_outcome.result.input.numpy())
+    np.testing.assert_array_equal(np.load(out / "input.npy"), space.last.result.input.numpy())
     png = Image.open(out / "png" / "forward" / "layer1.0.conv1.png")
     assert png.size == (8 * 57 - 1, 8 * 57 - 1)
 
@@ -127,6 +128,6 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
 def test_export_run_without_results_says_so(make_window):
     window = make_window()  # its model still loads in the background: no run yet
     window.show_dialogs = False
-    assert window.last_outcome is None
-    assert not window.sessions.export_run("/nonexistent/never")
+    assert window.workspace.last is None
+    assert not window.features["sessions"].export_run("/nonexistent/never")
     assert "Nothing to export yet" in window.last_error

@@ -1,27 +1,37 @@
-"""Comparing image A with image B in the window: the B slot under the input, the predictions of both side by side,
-and the A / B / A − B views of every panel.
+"""Image B: a second image every run compares with image A (``ImageBFeature``, id "image_b").
 
-``CompareImages`` holds image B for the window. While B is set, every run also runs B through the same hooks and
-edits in the same background job (``jobs.execute_run``), so A and B are always consistent; the run's
-``Comparison`` then gives each panel its three views.
+The feature holds no state of its own: image B lives in the workspace (``workspace.image_b``), which runs it
+right after A through the same hooks and edits in the same background job, so A and B always agree; each run's
+``Comparison`` then gives every panel its A / B / A − B views (the panels draw them; which one is a panel
+setting, ``PanelSettings.view``, so sessions keep it). Here: the B slot under the input image (thumbnail, name,
+Open image B…, ✕), File > Open image B… / Clear image B, View > Image B: show (all panels), and View > Channel
+order > by difference A − B. A B that cannot be read is dropped after its error is shown, so the next runs work.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from app.core.ab_pictures import VIEWS
+from app.core.errors import ImageError
 from app.core.images import IMAGE_SUFFIXES
+from app.core.pictures import VIEWS
+from app.core.resources import sample_image
+from app.ui.actions.builtin import image_folder
+from app.ui.actions.specs import ActionSpec
+from app.ui.host import Host
 from app.ui.state.requests import ImageSource, RunOutcome
+from app.ui.state.workspace import RunFailure, Workspace
 from app.ui.widgets.predictions import THUMBNAIL, rgb_pixmap
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+VIEW_MENU = "View/Image B: show (all panels)"
+ORDER_MENU = "View/Channel order (all panels)"
+VIEW_TITLES = {"A": "image A", "B": "image B", "diff": "the difference A − B"}  # the View menu's words
+IMAGE_FILTER = "Images (" + " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES)) + ");;All files (*)"
+
 
 class ImageBSlot(QWidget):
     """Image B under the input: its thumbnail as the model sees it, its name, open and clear buttons."""
@@ -31,6 +41,7 @@ class ImageBSlot(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setObjectName("imageBSlot")
         self.thumbnail = QLabel()
         self.thumbnail.setFixedSize(THUMBNAIL, THUMBNAIL)
         self.thumbnail.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -42,11 +53,11 @@ class ImageBSlot(QWidget):
         self.hint.setWordWrap(True)
         self.open_button = QToolButton()
         self.open_button.setText("Open image B…")
-        self.open_button.setToolTip("Load a second image B to compare with A (File > Open image B…)")
+        self.open_button.setToolTip("Load a second image B to compare with A (File > Open image B…, Ctrl+B)")
         self.open_button.clicked.connect(self.open_requested)
         self.clear_button = QToolButton()
         self.clear_button.setText("✕")
-        self.clear_button.setToolTip("Clear image B: back to A alone")
+        self.clear_button.setToolTip("Clear image B: back to A alone (File > Clear image B)")
         self.clear_button.clicked.connect(self.clear_requested)
         title = QLabel("B")
         title.setObjectName("kindChip")
@@ -69,6 +80,7 @@ class ImageBSlot(QWidget):
         self.show_image(None)
 
     def show_image(self, name: str | None, rgb: np.ndarray | None = None, waiting: bool = False) -> None:
+        """B's name and thumbnail (None: no B); ``waiting`` while its first run has not come back."""
         self.thumbnail.setVisible(name is not None)
         self.clear_button.setVisible(name is not None)
         self.hint.setVisible(name is None)
@@ -84,80 +96,90 @@ class ImageBSlot(QWidget):
             self.thumbnail.clear()
 
 
-class CompareImages(QObject):
-    """Image B of the window: set, cleared, run with every run, and shown in the panels and the predictions."""
+class ImageBFeature:
+    """Image B's slot, menu entries and View choices; B itself is ``workspace.image_b``."""
 
-    image_b_changed = Signal()
+    id = "image_b"
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self._window = window
-        self.image_b: ImageSource | None = None
-        self._pending = False  # B set, but no run with it has come back yet
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        self.workspace = workspace
+        self.host = host
         self.slot = ImageBSlot()
         self.slot.open_requested.connect(self.open_dialog)
         self.slot.clear_requested.connect(self.clear)
-        window.run_applied.connect(self._on_run_applied)
-        window.run_failed.connect(self._on_run_failed)
+        host.add_input_row(self.slot)
+        host.add_actions(self._action_specs())
+        workspace.image_b_changed.connect(self._on_image_b_changed)
+        workspace.run_applied.connect(self._on_run_applied)
+        workspace.failed.connect(self._on_failed)
+        self._on_image_b_changed(workspace.image_b)
 
-    # ---- public -------------------------------------------------------------------------------------------
+    def _action_specs(self) -> list[ActionSpec]:
+        specs = [
+            ActionSpec("file.open_image_b", "Open image B…", "File", self.open_dialog, group=15, order=10,
+                       shortcut="Ctrl+B", tooltip="A second image to compare with: every panel can show A, B or A − B"),
+            ActionSpec("file.clear_image_b", "Clear image B", "File", self.clear, group=15, order=20,
+                       tooltip="Stop comparing with image B: back to A alone"),
+            # The submenu's place in the View menu (see MenuBuilder: a spec whose id is the submenu's path).
+            ActionSpec(VIEW_MENU, VIEW_MENU.rpartition("/")[2], "View", group=10, order=40),
+            ActionSpec("view.sort.diff", "by difference A − B (image B)", ORDER_MENU,
+                       lambda: self.workspace.set_all("sort", "diff"), order=90,
+                       tooltip="Channels ranked by how much A and B differ (mean |A − B|); channel order without B"),
+        ]
+        for order, (view, title) in enumerate(VIEW_TITLES.items()):
+            specs.append(ActionSpec(f"view.image_b.{view}", title, VIEW_MENU,
+                                    lambda v=view: self.show_view_everywhere(v), group=10, order=order,
+                                    tooltip=f"Every panel shows {title} while image B is set"))
+        return specs
+
+    # ---- public ---------------------------------------------------------------------------------------------
     def set_image_b(self, path: str | os.PathLike | None) -> None:
-        """Compare with the image at ``path`` (None: stop comparing); the run follows at once."""
-        self.image_b = ImageSource.from_path(path) if path is not None else None
-        self._pending = self.image_b is not None
-        self.slot.show_image(self.image_b.name if self.image_b else None, waiting=True)
-        if self.image_b is None:
-            self._window.predictions.side_by_side.setVisible(False)
-        self.image_b_changed.emit()
-        self._window.run_again()
+        """Compare with the image at ``path`` (None: stop comparing); the run follows."""
+        self.workspace.set_image_b(ImageSource.from_path(path) if path is not None else None)
 
     def clear(self) -> None:
-        if self.image_b is not None:
-            self.set_image_b(None)
+        self.workspace.set_image_b(None)
+
+    def ask_image_b_path(self) -> str | None:
+        """The file to open as image B (tests replace this question)."""
+        shown = self.workspace.image  # B's folder is most likely A's; never the bundled sample's (the installation)
+        sample = os.path.abspath(sample_image())
+        if shown is not None and shown.path and os.path.abspath(shown.path) != sample:
+            start = os.path.dirname(os.path.abspath(shown.path))
+        else:
+            start = image_folder(self.host.remembers)
+        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open image B (to compare with A)", start,
+                                              IMAGE_FILTER)
+        return path or None
 
     def open_dialog(self) -> None:
-        window = self._window
-        patterns = " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES))
-        image = window.last_outcome.image if window.last_outcome is not None else None
-        start = os.path.dirname(image.path) if image is not None and image.path else os.path.expanduser("~")
-        path, _ = QFileDialog.getOpenFileName(
-            window, "Open image B (to compare with A)", start, f"Images ({patterns});;All files (*)"
-        )
+        path = self.ask_image_b_path()
         if path:
             self.set_image_b(path)
 
     def show_view_everywhere(self, view: str) -> None:
-        """Every panel with B shows ``view`` ("A", "B" or "diff"), as each panel's drop-down would."""
+        """Every panel shows ``view`` ("A", "B" or "diff") while B is set, panels made later too."""
         if view not in VIEWS:
             raise ValueError(f"Unknown view '{view}'; use one of: {', '.join(VIEWS)}.")
-        for panel in self._window.panel_area.panels.values():
-            if panel.views:
-                panel.choose_view(view)
+        self.workspace.set_all("view", view)
 
-    # ---- after a run --------------------------------------------------------------------------------------
+    # ---- workspace events -----------------------------------------------------------------------------------
+    def _on_image_b_changed(self, source: ImageSource | None) -> None:
+        self.slot.show_image(source.name if source is not None else None, waiting=source is not None)
+
     def _on_run_applied(self, outcome: RunOutcome) -> None:
-        window = self._window
-        comparison = outcome.comparison
-        if comparison is None or outcome.image_b is None:
-            window.predictions.side_by_side.setVisible(False)
-            return
-        if self.image_b is not None and outcome.image_b == self.image_b:
-            self.image_b = outcome.image_b  # keep B's pixels: later runs need not read the file again
-            self._pending = False
-        self.slot.show_image(outcome.image_b.name, comparison.input_display)
-        for panel in window.panel_area.panels.values():
-            views = comparison.views.get(panel.ident)
-            if views:
-                panel.show_views(views)
-        window.predictions.side_by_side.show_both(
-            outcome.image.name, outcome.result.top5, outcome.image_b.name, comparison.result.top5
-        )
-        window.predictions.side_by_side.setVisible(bool(outcome.result.top5))
+        image_b = self.workspace.image_b
+        if image_b is None:
+            self.slot.show_image(None)
+        elif outcome.comparison is not None and outcome.image_b == image_b:
+            self.slot.show_image(image_b.name, outcome.comparison.input_display)
 
-    def _on_run_failed(self, message: str) -> None:
-        """A B that cannot be read is dropped (the error is on screen already), so the next runs work again."""
-        image = self.image_b
-        if image is None or not self._pending:
+    def _on_failed(self, failure: RunFailure) -> None:
+        """A B that cannot be read is dropped (its error is on screen already), so the next runs work again."""
+        image_b = self.workspace.image_b
+        error = failure.error
+        if failure.load or image_b is None or image_b.path is None or not isinstance(error, ImageError):
             return
-        if image.name in message or (image.path and image.path in message):
-            self.set_image_b(None)
+        if error.path is not None and os.path.abspath(error.path) == os.path.abspath(image_b.path):
+            self.host.show_status(f"Image B ({image_b.name}) was dropped: it could not be read.", 8000)
+            self.workspace.set_image_b(None)

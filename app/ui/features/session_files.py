@@ -1,18 +1,20 @@
-"""File > Save session / Open session, and File > Export run… (``app/core/session.py`` and ``export.py`` do it).
+"""Sessions and the whole-run export (``SessionFilesFeature``, id "sessions"): File > Open session…, Save
+session…, Export run…, and session files dropped on the window.
 
-Saving captures what the window shows: the model (catalogue name, or model file and the SHA-256 taken when it
-was opened), weights, device, preprocessing, ticked (module, hook kind) pairs from the registry, edits, image(s),
-gradient target, and the colormap and scaling of every panel. Opening loads the model on the window's worker
-(a pickled or Python model file asks for trust again: a session never carries it), then restores ticks, edits,
-device, target, panel settings and image, and runs. A moved or changed file is one line in one dialog and in the
-status bar; the rest is restored.
+Saving captures what the workspace holds: the model (catalogue name, or model file and the SHA-256 taken when it
+was opened), weights, device, preprocessing, ticked (module, hook kind) pairs, edits, image A (and B), the image
+list, the gradient target, and every panel's colormap, scaling, channel order and A / B / A − B view
+(``app/core/session.py`` writes and reads the file). Opening loads the session's model through the workspace's
+one worker path (a pickled or Python model file asks for trust again: a session never carries it), then restores
+ticks, edits, device, target, panel settings and images through workspace methods, and runs once. A moved or
+changed file is one line in one dialog and in the status bar; the rest is restored.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
@@ -22,115 +24,119 @@ from app.core.devices import available_devices
 from app.core.errors import HookscopeError
 from app.core.export import write_run
 from app.core.model_files import TrustRequired
-from app.core.pictures import KIND_ORDER, PanelSettings
+from app.core.models import LoadedModel
+from app.core.pictures import KIND_ORDER
+from app.core.pipeline import ModelSource, open_model
 from app.core.session import (
     KNOWN_KINDS,
     SESSION_SUFFIX,
     Session,
     apply_session_edits,
     edit_specs,
-    file_sha256,
     load_session,
-    load_session_model,
+    panels_ui,
     save_session,
     session_from,
+    session_panel_settings,
 )
-from app.ui.features.open_model import window_words
+from app.ui.actions.specs import ActionSpec
+from app.ui.dialogs.session_problems import show_session_problems
+from app.ui.dialogs.trust_dialog import ask_trust
+from app.ui.host import Host
+from app.ui.state.requests import ImageSource, LoadOutcome
 from app.ui.state.settings import app_settings
-
-if TYPE_CHECKING:
-    from app.core.models import LoadedModel
-    from app.ui.main_window import MainWindow
+from app.ui.state.workspace import Workspace
+from app.ui.words import window_words
 
 SESSION_FOLDER_KEY = "session_folder"
 SESSION_FILTER = f"Hookscope session (*{SESSION_SUFFIX} *.json);;All files (*)"
+WINDOW_KINDS = ("pre", "forward", "backward")  # the tree's In, Act and Grad columns
+KEPT_MODEL = "The model on screen was kept."
 
 
 def is_session_file(path: str | os.PathLike) -> bool:
     return os.fspath(path).lower().endswith(".json")
 
 
-def image_b_part(window: object) -> Any:
-    """The window's part that holds image B (``image_b`` and ``set_image_b``), when the window has one."""
-    if callable(getattr(window, "set_image_b", None)) and hasattr(window, "image_b"):
-        return window
-    for value in vars(window).values():
-        if callable(getattr(value, "set_image_b", None)) and hasattr(value, "image_b"):
-            return value
-    return None
+class SessionFilesFeature(QObject):
+    """Saving and restoring sessions, and the whole-run export, for one workspace."""
 
-
-def image_b_path(window: object) -> str | None:
-    part = image_b_part(window)
-    image = getattr(part, "image_b", None) if part is not None else None
-    path = getattr(image, "path", image)
-    return path if isinstance(path, str) and path else None
-
-
-class Sessions(QObject):
-    """Saving and restoring sessions, and the whole-run export, for one window."""
-
+    id = "sessions"
     restored = Signal(list)  # the problem lines of a session just restored (empty when everything was found)
     exported = Signal(str)  # the folder a whole-run export finished writing
     export_failed = Signal(str)
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self._window = window
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        super().__init__(workspace)
+        self.workspace = workspace
+        self.host = host
+        self.last_problems: list[str] = []
         self._pending: dict[str, Any] | None = None  # a session waiting for its model to load
         self._export_worker: FunctionWorker | None = None
-        self.last_problems: list[str] = []
         self._problem_box: QMessageBox | None = None
-        window.model_ready.connect(self._on_model_ready)
+        host.add_actions([
+            ActionSpec("file.open_session", "Open session…", "File", self.open_dialog, group=40, order=10,
+                       tooltip="Restore a saved session: model, ticks, edits, images and panel settings"),
+            ActionSpec("file.save_session", "Save session…", "File", self.save_dialog, group=40, order=20,
+                       shortcut="Ctrl+S", tooltip="Save what is on screen as a session file (JSON)"),
+            ActionSpec("file.export_run", "Export run…", "File", self.export_run_dialog, group=40, order=30,
+                       shortcut="Ctrl+E",
+                       tooltip="Write the run on screen into a folder, as `hookscope export` does (arrays, PNGs)"),
+        ])
+        host.add_drop_handler(self.open_dropped)
+        workspace.model_changed.connect(self._on_model_changed)
 
-    # ---- questions (tests replace these) ------------------------------------------------------------------
+    # ---- questions (tests replace these) --------------------------------------------------------------------
     def _folder(self) -> str:
-        folder = app_settings().value(SESSION_FOLDER_KEY, "")
+        folder = app_settings().value(SESSION_FOLDER_KEY, "") if self.host.remembers else ""
         return str(folder) if folder and os.path.isdir(str(folder)) else os.path.expanduser("~")
 
+    def _remember_folder(self, path: str | os.PathLike) -> None:
+        if self.host.remembers:
+            app_settings().setValue(SESSION_FOLDER_KEY, os.path.dirname(os.path.abspath(path)))
+
     def ask_save_path(self) -> str | None:
-        loaded = self._window.loaded
+        loaded = self.workspace.loaded
         name = (loaded.name.replace(":", "_").replace("/", "_") if loaded else "session") + SESSION_SUFFIX
-        path, _ = QFileDialog.getSaveFileName(self._window, "Save session", os.path.join(self._folder(), name),
-                                              SESSION_FILTER)
+        path, _ = QFileDialog.getSaveFileName(self.host.dialog_parent(), "Save session",
+                                              os.path.join(self._folder(), name), SESSION_FILTER)
         return path or None
 
     def ask_open_path(self) -> str | None:
-        path, _ = QFileDialog.getOpenFileName(self._window, "Open session", self._folder(), SESSION_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open session", self._folder(),
+                                              SESSION_FILTER)
         return path or None
 
     def ask_export_folder(self) -> str | None:
-        folder = QFileDialog.getExistingDirectory(self._window, "Export run into folder", self._folder())
+        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), "Export run into folder",
+                                                  self._folder())
         return folder or None
 
-    # ---- saving -------------------------------------------------------------------------------------------
+    def ask_trust(self, path: str, objects: tuple[str, ...]) -> bool:
+        """Whether the user trusts the session's model file enough to run code from it."""
+        return ask_trust(path, objects, self.host.dialog_parent())
+
+    # ---- saving ---------------------------------------------------------------------------------------------
     def current_session(self) -> Session:
-        """What the window shows now, as a Session (raises HookscopeError when no model is loaded)."""
-        window = self._window
-        loaded, registry = window.loaded, window.registry
+        """What the workspace holds now, as a Session (raises HookscopeError when no model is loaded)."""
+        space = self.workspace
+        loaded, registry = space.loaded, space.registry
         if loaded is None or registry is None:
             raise HookscopeError("No model is loaded yet: there is no session to save.")
-        order = window.tree_model.order_of
-        hooks = sorted(window.ticked_pairs(), key=lambda pair: (order(pair[0]), KIND_ORDER.get(pair[1], 9)))
+        order = {node.path: n for n, node in enumerate(space.nodes)}
+        hooks = sorted(space.ticked_pairs(), key=lambda pair: (order.get(pair[0], len(order)),
+                                                               KIND_ORDER.get(pair[1], 9), pair))
         images = []
-        outcome = window.last_outcome
-        shown = outcome.image.path if outcome is not None else None
+        shown = space.image.path if space.image is not None else None
         if shown:
             images.append(shown)
-            second = image_b_path(window)
-            if second:
-                images.append(second)
-        default, pairs = window.panel_settings()
-        ui = {
-            "sort": default.sort,
-            "panels": [[path, kind, s.colormap, s.scaling, s.sort] for (path, kind), s in sorted(pairs.items())],
-            "image_list": list(window.image_queue.paths),
-        }
-        sha256 = getattr(window, "model_files", None)
-        sha256 = sha256.file_hashes.get(loaded.model_file) if sha256 is not None and loaded.model_file else None
+            if space.image_b is not None and space.image_b.path:
+                images.append(space.image_b.path)
+        ui = {**panels_ui(space.default_settings, space.settings), "image_list": list(space.queue.paths)}
+        default = space.default_settings
         return session_from(
-            loaded, hooks, images, device=window.device, target=window.target, edits=edit_specs(registry),
-            colormap=default.colormap, scaling=default.scaling, ui=ui, model_sha256=sha256,
+            loaded, hooks, images, device=space.device, target=space.target, edits=edit_specs(registry),
+            colormap=default.colormap, scaling=default.scaling, ui=ui,
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike) -> bool:
@@ -138,11 +144,11 @@ class Sessions(QObject):
             session = self.current_session()
             save_session(session, path)
         except HookscopeError as error:
-            self._window.show_error(str(error))
+            self.host.show_error(str(error))
             return False
-        app_settings().setValue(SESSION_FOLDER_KEY, os.path.dirname(os.path.abspath(path)))
+        self._remember_folder(path)
         note = "" if session.images else " (the image on screen has no file, so the session holds none)"
-        self._window.statusBar().showMessage(f"Session saved to {path}{note}.", 8000)
+        self.host.show_status(f"Session saved to {path}{note}.", 8000)
         return True
 
     def save_dialog(self) -> None:
@@ -152,42 +158,49 @@ class Sessions(QObject):
                 path += SESSION_SUFFIX
             self.save(path)
 
-    # ---- opening ------------------------------------------------------------------------------------------
+    # ---- opening --------------------------------------------------------------------------------------------
     def open_dialog(self) -> None:
         path = self.ask_open_path()
         if path:
             self.open(path)
 
+    def open_dropped(self, paths: list[str]) -> list[str]:
+        """Drop handler: the first session file opens; the paths that are not sessions are left for others."""
+        sessions = [path for path in paths if is_session_file(path)]
+        if not sessions:
+            return paths
+        self.open(sessions[0])
+        if len(sessions) > 1:
+            self.host.show_status(f"Opened {os.path.basename(sessions[0])}; drop one session file at a time "
+                                  f"({len(sessions) - 1} more left out).", 8000)
+        return [path for path in paths if not is_session_file(path)]
+
     def open(self, path: str | os.PathLike, trust: bool = False) -> None:
         """Restore the session in ``path``: the model loads in the background, the rest follows it."""
-        window = self._window
         try:
             session, problems = load_session(path)
         except HookscopeError as error:
-            window.show_error(str(error))
+            self.host.show_error(str(error))
             return
-        app_settings().setValue(SESSION_FOLDER_KEY, os.path.dirname(os.path.abspath(path)))
+        self._remember_folder(path)
         if session.blocking_problem():
             # Without its model file the session's model cannot load: the rest goes onto the model on screen.
-            self._apply_rest(session, problems + ["The model on screen was kept."])
+            self._apply_rest(session, problems + [KEPT_MODEL])
             return
         self._load(session, problems, trust)
 
     def _load(self, session: Session, problems: list[str], trust: bool) -> None:
         pending: dict[str, Any] = {"session": session, "problems": problems}
-        hashes = getattr(getattr(self._window, "model_files", None), "file_hashes", None)
+        source = ModelSource.from_session(session, trust=trust)
 
         def work() -> LoadedModel:  # on the worker thread
-            loaded = load_session_model(session, trust=trust)
-            if loaded.model_file and hashes is not None and session.model.get("path"):
-                hashes[loaded.model_file] = file_sha256(session.model["path"])
+            loaded = open_model(source, hash_file=True)  # the hash a later save records
             pending["loaded"] = loaded
             return loaded
 
         self._pending = pending
-        name = session.model.get("name", "model")
-        self._window.load_model_with(f"the session's {name}", work,
-                                     failed=lambda error: self._on_load_failed(pending, error))
+        self.workspace.load_model_with(f"the session's {session.model.get('name', 'model')}", work,
+                                       failed=lambda error: self._on_load_failed(pending, error))
 
     def _on_load_failed(self, pending: dict[str, Any], error: BaseException) -> bool:
         if pending is not self._pending:
@@ -199,103 +212,89 @@ class Sessions(QObject):
             return True
         if isinstance(error, HookscopeError):
             line = f"The session's model could not be loaded: {window_words(str(error))}"
-            QTimer.singleShot(0, lambda: self._apply_rest(session, problems + [line, "The model on screen was kept."]))
+            QTimer.singleShot(0, lambda: self._apply_rest(session, problems + [line, KEPT_MODEL]))
             return True
-        return False
+        return False  # a bug: the workspace shows it, with its traceback on stderr
 
     def _answer_trust(self, session: Session, problems: list[str], error: TrustRequired) -> None:
-        files = getattr(self._window, "model_files", None)
-        if files is not None and files.ask_trust(error.path, error.objects):
+        if self.ask_trust(error.path, error.objects):
             self._load(session, problems, trust=True)
             return
-        line = f"The session's model file {Path(error.path).name} would run code and was not trusted, so it was not opened."
-        self._apply_rest(session, problems + [line, "The model on screen was kept."])
+        line = (f"The session's model file {Path(str(error.path)).name} would run code and was not trusted, "
+                "so it was not opened.")
+        self._apply_rest(session, problems + [line, KEPT_MODEL])
 
-    def _on_model_ready(self) -> None:
-        pending, loaded = self._pending, self._window.loaded
-        if pending is None or loaded is None:
-            return
-        self._pending = None
-        if pending.get("loaded") is loaded:
-            self._apply_rest(pending["session"], pending["problems"])
+    def _on_model_changed(self, outcome: LoadOutcome) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.get("loaded") is outcome.loaded:
+            # After the workspace has carried the old ticks over (it does so right after this signal).
+            QTimer.singleShot(0, lambda: self._apply_rest(pending["session"], pending["problems"]))
 
     def _apply_rest(self, session: Session, problems: list[str]) -> None:
-        """Everything but the model: ticks, edits, device, target, panel settings, image; then one run."""
-        window = self._window
+        """Everything but the model: panel settings, ticks, edits, device, target, images; then one run."""
+        space = self.workspace
         problems = list(problems)
-        registry = window.registry
-        if registry is None:
+        registry = space.registry
+        if registry is None or space.loaded is None:
             self._report(problems + ["No model is loaded, so nothing else could be restored."])
             return
-        window.untick_all()
-        had_edits = bool(registry.edits())
-        for edit_id, _edit, _info in list(registry.edits()):
-            registry.remove_edit(edit_id)
+        default, panels, lines = session_panel_settings(session)
+        problems += lines
+        space.apply_panel_settings(default, panels)  # first: panels made for the ticks below are drawn so
+
         known = set(registry.paths)
+        wanted: list[tuple[str, str]] = []
         for path, kind in session.hooks:
             if path not in known:
                 problems.append(f"The model has no module '{path}'; its {kind} hook was not restored.")
-            elif not window.tick(path, kind, True):
-                if kind == "tensor" and window.tick(path, "backward", True):
-                    problems.append(f"'{path}': the window shows tensor-hook gradients as Gradients; ticked those.")
-                else:
-                    problems.append(f"The {kind} hook on '{path}' could not be ticked in the window.")
-        edit_lines, _others = apply_session_edits(registry, session, window.loaded.preprocess)
-        problems += edit_lines
-        registry_changed = getattr(window, "registry_changed", None)  # the hook inspector and edit list follow
-        if (session.edits or had_edits) and callable(registry_changed):
-            registry_changed()
-        if session.device != window.device:
+                continue
+            if kind not in WINDOW_KINDS:  # a tensor hook (hookscope export): the window's Grad column shows it
+                problems.append(f"'{path}': the window shows tensor-hook gradients as Gradients; ticked those.")
+                kind = "backward"
+            wanted.append((path, kind))
+        space.set_ticked(sorted(space.ticked_pairs() - set(wanted)), False)
+        space.set_ticked(wanted, True)
+
+        space.remove_all_edits(rerun=False)
+        if session.edits:
+            preprocess = space.loaded.preprocess
+            space.restore_edits(lambda registry: problems.extend(apply_session_edits(registry, session,
+                                                                                      preprocess)[0]))
+        if session.device != space.device:
             if session.device in available_devices():
-                window.set_device(session.device)
+                space.set_device(session.device)
             else:
-                problems.append(f"Device '{session.device}' is not available here; running on {window.device}.")
-        sort = str(session.ui.get("sort", "none"))
-        pairs: dict[tuple[str, str], PanelSettings] = {}
-        try:
-            default = PanelSettings(session.colormap, session.scaling, sort)
-            for entry in session.ui.get("panels", []):
-                path, kind, colormap, scaling, order = (str(v) for v in entry)
-                pairs[(path, kind)] = PanelSettings(colormap, scaling, order)
-        except (TypeError, ValueError):
-            default = PanelSettings(session.colormap, session.scaling)
-            problems.append("Some panel settings in the session were not valid; the session's colormap is used.")
-        window.apply_panel_settings(default, pairs)
-        window.set_target(session.target)
+                problems.append(f"Device '{session.device}' is not available here; running on {space.device}.")
+        space.set_target(session.target)
+
         first = session.images[0] if session.images else None
         if first is not None and first not in session.missing:
             listed = [str(p) for p in session.ui.get("image_list", []) if os.path.isfile(str(p))]
-            window.open_paths(listed if first in listed and listed.index(first) == 0 else [first])
-        compare = image_b_part(window)
+            if first in listed:
+                space.open_paths(listed)
+                space.select_image(listed.index(first))
+            else:
+                space.open_paths([first])
         second = session.images[1] if len(session.images) > 1 and session.images[1] not in session.missing else None
-        if compare is not None and (second is not None or image_b_path(window) is not None):
-            compare.set_image_b(second)
-        elif second is not None:
-            problems.append("The session's second image (image B) is not shown: this window has no image B.")
-        window.run_again()
+        space.set_image_b(ImageSource.from_path(second) if second is not None else None)
+        space.run_again()
         self._report(problems)
 
     def _report(self, problems: list[str]) -> None:
         self.last_problems = problems
-        window = self._window
         if problems:
             count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
-            window.show_error(f"Session restored with {count}: {problems[0]}", dialog=False)
-            if window.show_dialogs:
-                if self._problem_box is None:
-                    self._problem_box = QMessageBox(QMessageBox.Icon.Warning, "Session restored, with problems", "",
-                                                    parent=window)
-                self._problem_box.setText("The session was restored, except for:")
-                self._problem_box.setInformativeText("\n\n".join(f"• {line}" for line in problems))
-                self._problem_box.open()
+            self.host.show_error(f"Session restored with {count}: {problems[0]}", dialog=False)
+            if self.host.show_dialogs:
+                self._problem_box = show_session_problems(self._problem_box, problems, self.host.dialog_parent())
         else:
-            window.statusBar().showMessage("Session restored.", 6000)
+            self.host.show_status("Session restored.", 6000)
         self.restored.emit(problems)
 
-    # ---- whole-run export ---------------------------------------------------------------------------------
+    # ---- whole-run export -----------------------------------------------------------------------------------
     def export_run_dialog(self) -> None:
-        if self._window.last_outcome is None:
-            self._window.show_error("Nothing to export yet: no run has finished.")
+        if self.workspace.last is None:
+            self.host.show_error("Nothing to export yet: no run has finished.")
             return
         folder = self.ask_export_folder()
         if folder:
@@ -303,17 +302,17 @@ class Sessions(QObject):
 
     def export_run(self, folder: str | os.PathLike) -> bool:
         """Write the run on screen into ``folder`` in the layout of ``hookscope export`` (in the background)."""
-        window = self._window
-        outcome, loaded = window.last_outcome, window.loaded
+        space = self.workspace
+        outcome, loaded = space.last, space.loaded
         if outcome is None or loaded is None:
-            window.show_error("Nothing to export yet: no run has finished.")
+            self.host.show_error("Nothing to export yet: no run has finished.")
             return False
         if self._export_worker is not None:
-            window.show_error("An export is still being written; try again when it is done.", dialog=False)
+            self.host.show_error("An export is still being written; try again when it is done.", dialog=False)
             return False
-        ticked = {kind for _, kind in window.ticked_pairs()}
+        ticked = {kind for _, kind in space.ticked_pairs()}
         kinds = tuple(kind for kind in KNOWN_KINDS if kind in ticked)
-        default, _pairs = window.panel_settings()
+        default = space.default_settings
         image = outcome.image.path or outcome.image.name
         worker = create_worker(write_run, outcome.result, loaded, Path(folder), image=image, kinds=kinds, png=True,
                                colormap=default.colormap, scaling=default.scaling,
@@ -322,17 +321,17 @@ class Sessions(QObject):
         worker.errored.connect(self._on_export_failed)
         self._export_worker = worker
         QThreadPool.globalInstance().start(worker)
-        window.statusBar().showMessage(f"Exporting the run to {folder}…")
+        self.host.show_status(f"Exporting the run to {folder}…", 0)
         return True
 
     def _on_exported(self, folder: str) -> None:
         self._export_worker = None
-        self._window.statusBar().showMessage(f"Run exported to {folder}.", 8000)
+        self.host.show_status(f"Run exported to {folder}.", 8000)
         self.exported.emit(folder)
 
     def _on_export_failed(self, error: BaseException) -> None:
         self._export_worker = None
         reason = getattr(error, "strerror", None) or str(error)
         message = f"The run could not be exported: {reason}."
-        self._window.show_error(message)
+        self.host.show_error(message)
         self.export_failed.emit(message)
