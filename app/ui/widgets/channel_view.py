@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PIL import Image
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from app.core.pictures import KIND_LABELS, PanelPicture, channel_statistics, shape_text
@@ -24,6 +24,14 @@ def upsample(map2d: np.ndarray, width: int, height: int) -> np.ndarray:
         (width, height), Image.Resampling.BILINEAR), dtype=np.float32)
 
 
+class CompactView(pg.GraphicsLayoutWidget):
+    """A plot that asks for little room (pyqtgraph's ask for 600x480 each): the channel dock opens at a modest
+    height instead of squeezing the docks beside it, and grows when the user drags it."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(280, 220)
+
+
 class ChannelView(QWidget):
     """Shows one channel of one record; the window puts it in a dock and refills it on every run."""
 
@@ -36,7 +44,7 @@ class ChannelView(QWidget):
         self._title = QLabel("Click a tile in a panel to look at one channel.")
         self._title.setObjectName("panelTitle")
 
-        self._map_view = pg.GraphicsLayoutWidget()
+        self._map_view = CompactView()
         self._map_box = self._map_view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self.map_item = pg.ImageItem()
         self._map_box.addItem(self.map_item)
@@ -45,7 +53,7 @@ class ChannelView(QWidget):
         self.histogram.sigLevelsChanged.connect(self._sync_overlay)
         self.histogram.sigLookupTableChanged.connect(self._sync_overlay)
 
-        self._overlay_view = pg.GraphicsLayoutWidget()
+        self._overlay_view = CompactView()
         self._overlay_box = self._overlay_view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self.input_item = pg.ImageItem()
         self.overlay_item = pg.ImageItem()
@@ -74,7 +82,7 @@ class ChannelView(QWidget):
             form.addRow(key, label)
         stats = QWidget()
         stats.setLayout(form)
-        stats.setMinimumWidth(220)
+        stats.setMinimumWidth(180)
 
         body = QHBoxLayout()
         body.addWidget(self._map_view, 3)

@@ -4,13 +4,19 @@ All channels go into a single image (the uint8 mosaic through its colormap, colo
 ``mosaic_item``), painted by one graphics item whatever the channel count, so 2048 channels draw as fast as 64.
 The tile under the mouse is found by arithmetic on ``mapSceneToView`` through the mosaic's layout, not by one
 item per channel.
+
+A panel stays readable down to ``MIN_PANEL_WIDTH``: the title elides, the drop-downs wrap onto a second row, the
+colour legend's note elides. The wheel scrolls the page of panels; Ctrl+wheel zooms, a double-click fits.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QPointF, QSize, Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -25,14 +31,26 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
-from app.core.ab_pictures import VIEWS
-from app.core.pictures import KIND_LABELS, PanelPicture, PanelSettings, shape_text
+from app.core.pictures import KIND_LABELS, VIEWS, PanelPicture, PanelSettings, shape_text
 from app.core.resources import COLORMAPS, colormap_lut
 from app.ui.theme import KIND_COLORS
 from app.ui.widgets.export_button import export_button
-from app.ui.widgets.mosaic_item import MosaicItem, rendered_for
+from app.ui.widgets.legend import ColorLegend, legend_of
+from app.ui.widgets.mosaic_item import (
+    MosaicItem,
+    MosaicViewBox,
+    ScrollingLayoutWidget,
+    ScrollingPlotWidget,
+    rendered_for,
+)
 
 MESSAGE, MAPS, BARS = range(3)
+MIN_PANEL_WIDTH = 240  # the least width a panel is laid out at: its plot keeps at least 200 px
+MIN_PANEL_HEIGHT = 260
+MARGIN_X, MARGIN_Y, SPACING = 6, 4, 3  # the panel's layout
+CONTROL_SPACING = 4
+VIEW_TIP = ("Hover a tile for its channel and value; click it to open the channel view.\n"
+            "Wheel: scroll the panels · Ctrl+wheel: zoom · drag: pan · double-click: show the whole mosaic.")
 SCALING_LABELS = {"channel": "per channel", "shared": "shared"}
 
 
@@ -48,6 +66,17 @@ def sort_labels(kind: str) -> dict[str, str]:
     what = "|grad|" if kind in ("backward", "tensor") else "value"
     return {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}",
             "diff": "by |A − B|"}
+
+
+class InfoLabel(QElidingLabel):
+    """An eliding label that asks for its whole text's width (superqt's asks for the width of the text as last
+    elided, so once squeezed it would stay short)."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        hint = super().sizeHint()
+        margins = self.contentsMargins()
+        return QSize(self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + margins.right() + 2,
+                     hint.height())
 
 
 class ChoiceButton(QToolButton):
@@ -72,6 +101,13 @@ class ChoiceButton(QToolButton):
     @property
     def value(self) -> str:
         return self._value
+
+    def widest(self) -> int:
+        """Its width with the longest of its labels: a panel places its drop-downs by this, so that choosing
+        another value never makes a row overflow."""
+        metrics = self.fontMetrics()
+        extra = self.sizeHint().width() - metrics.horizontalAdvance(self.text())
+        return extra + max(metrics.horizontalAdvance(f"{label} ▾") for label in self._items.values())
 
     def set_value(self, value: str, notify: bool = False) -> None:
         if value not in self._items:
@@ -113,7 +149,7 @@ class FeatureMapPanel(QFrame):
         self._texts: tuple[str, ...] = ()  # the footer's texts as last set (``_show_labels``)
         self._idle_text = " "  # the footer when the mouse is not over a tile
         self.setObjectName("recordPanel")
-        self.setMinimumSize(300, 300)
+        self.setMinimumSize(MIN_PANEL_WIDTH, MIN_PANEL_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
         self._title = QElidingLabel(key or "(model)")
@@ -126,18 +162,21 @@ class FeatureMapPanel(QFrame):
         chip.setToolTip(KIND_TIPS.get(kind, ""))
         close = QToolButton()
         close.setObjectName("closePanel")
+        close.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         close.setText("✕")
         close.setToolTip("Close this panel: removes its hook (unticks it in the module tree)")
         close.clicked.connect(lambda: self.close_requested.emit(self.path, self.kind))
         self.float_button = QToolButton()
         self.float_button.setObjectName("closePanel")
+        self.float_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.float_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_TitleBarNormalButton))
         self.float_button.setToolTip("Pop out into a dock of its own (drag it anywhere; close it to put it back)")
         self.float_button.clicked.connect(lambda: self.float_requested.emit(self))
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
-        header.addWidget(self._title, 1)
+        header.setSpacing(CONTROL_SPACING)
         header.addWidget(chip)
+        header.addWidget(self._title, 1)
         self.export_button = export_button(self)  # Export: PNG, SVG, arrays, statistics (panel_exports.py)
         header.addWidget(self.export_button)
         header.addWidget(self.float_button)
@@ -152,16 +191,21 @@ class FeatureMapPanel(QFrame):
             box.chosen.connect(self._on_settings_edited)
         # With image B set: which of A, B and A − B this panel draws (``show_views``).
         self.views: dict[str, PanelPicture] = {}
-        self.view_box = ChoiceButton(VIEWS, "A", "Image B is set: show this record on A, on B, or the difference A − B")
+        self.view_box = ChoiceButton(VIEWS, settings.view, "Image B is set: show this record on A, on B, or the difference A − B")
         self.view_box.setVisible(False)
         self.view_box.chosen.connect(self._on_view_chosen)
-        controls = QHBoxLayout()
-        controls.setContentsMargins(0, 0, 0, 0)
-        controls.addWidget(self.view_box)
-        controls.addWidget(self.colormap_box)
-        controls.addWidget(self.scaling_box)
-        controls.addWidget(self.sort_box)
-        controls.addStretch(1)
+        # One row of drop-downs when they fit, two when the panel is narrow (``_place_controls``).
+        self._controls = QVBoxLayout()
+        self._controls.setContentsMargins(0, 0, 0, 0)
+        self._controls.setSpacing(2)
+        self._control_lines = [QHBoxLayout(), QHBoxLayout()]
+        for line in self._control_lines:
+            line.setContentsMargins(0, 0, 0, 0)
+            line.setSpacing(CONTROL_SPACING)
+            line.addStretch(1)  # the drop-downs keep their size, at the left
+            self._controls.addLayout(line)
+        self._placed: tuple[int, tuple[ChoiceButton, ...]] = (0, ())
+        self.control_rows = 0
 
         self._stack = QStackedWidget()
         self._message = QLabel("Waiting for the run…")
@@ -169,21 +213,27 @@ class FeatureMapPanel(QFrame):
         self._message.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._message.setWordWrap(True)
         self._stack.addWidget(self._message)
-        self._view = pg.GraphicsLayoutWidget()
+        self._view = ScrollingLayoutWidget()
         self._view.ci.setContentsMargins(2, 2, 2, 2)
-        self._viewbox = self._view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
+        self._viewbox = MosaicViewBox(lockAspect=True, invertY=True, enableMenu=False)
+        self._view.ci.addItem(self._viewbox)
         self._mosaic = MosaicItem()
         self._viewbox.addItem(self._mosaic)
         self._view.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self._view.scene().sigMouseClicked.connect(self._on_mouse_clicked)
-        self._view.setToolTip("Hover a tile for its channel and value; click it to open the channel view. "
-                              "Wheel: zoom, drag: pan, double-click: fit.")
+        self._view.setToolTip(VIEW_TIP)
         self._stack.addWidget(self._view)
+        self._stack.setMinimumHeight(80)
 
+        self.legend = ColorLegend()
+        self.legend.setVisible(False)
         self._footer = QElidingLabel(" ")
         self._footer.setObjectName("panelFooter")
-        self._info = QLabel("")
+        # The hover text gives way first; the record's shape and channel count elide only when nothing else can.
+        self._footer.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._info = InfoLabel("")
         self._info.setObjectName("panelFooter")
+        self._info.setElideMode(Qt.TextElideMode.ElideLeft)
         footer = QHBoxLayout()
         footer.setContentsMargins(0, 0, 0, 0)
         footer.addWidget(self._footer, 1)
@@ -193,13 +243,78 @@ class FeatureMapPanel(QFrame):
         self._note.setVisible(False)
 
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 4, 6, 4)
-        layout.setSpacing(3)
+        layout.setContentsMargins(MARGIN_X, MARGIN_Y, MARGIN_X, MARGIN_Y)
+        layout.setSpacing(SPACING)
         layout.addLayout(header)
-        layout.addLayout(controls)
+        layout.addLayout(self._controls)
         layout.addWidget(self._stack, 1)
+        layout.addWidget(self.legend)
         layout.addLayout(footer)
         layout.addWidget(self._note)
+        # One row to start with; the first resize (when the panel is laid out) wraps them if need be.
+        first = self._control_boxes()
+        for box in first:
+            self._control_lines[0].insertWidget(self._control_lines[0].count() - 1, box)
+        self._placed = (1, tuple(first))
+        self.control_rows = 1
+
+    # ---- layout ---------------------------------------------------------------------------------------------
+    def _control_boxes(self) -> list[ChoiceButton]:
+        boxes = [self.colormap_box, self.scaling_box, self.sort_box]
+        return [self.view_box, *boxes] if self.views and len(self.views) > 1 else boxes
+
+    def control_rows_at(self, width: int) -> int:
+        """How many rows the drop-downs take in a panel ``width`` pixels wide (1, or 2 when narrow)."""
+        boxes = self._control_boxes()
+        need = sum(box.widest() for box in boxes) + CONTROL_SPACING * (len(boxes) - 1)
+        return 1 if need <= width - 2 * MARGIN_X - 2 * self.frameWidth() else 2
+
+    def _place_controls(self) -> None:
+        boxes = self._control_boxes()
+        rows = self.control_rows_at(self.width())
+        placed = (rows, tuple(boxes))
+        if placed == self._placed:
+            return
+        self._placed = placed
+        self.control_rows = rows
+        for line in self._control_lines:
+            for box in (self.view_box, self.colormap_box, self.scaling_box, self.sort_box):
+                line.removeWidget(box)
+        per_row = len(boxes) if rows == 1 else -(-len(boxes) // 2)
+        for n, box in enumerate(boxes):
+            line = self._control_lines[n // per_row]
+            line.insertWidget(line.count() - 1, box)
+        self.view_box.setVisible(self.view_box in boxes)
+
+    def height_for_width(self, width: int, plot_ratio: float = 0.85) -> int:
+        """The height that gives a mosaic view about ``plot_ratio`` as tall as it is wide, in a panel ``width``
+        pixels wide (mosaics are about square), between MIN_PANEL_HEIGHT and 900."""
+        rows = self.control_rows_at(width)
+        row_height = self.colormap_box.sizeHint().height()
+        header = max(self._title.sizeHint().height(), self.export_button.sizeHint().height(), row_height)
+        footer = self._info.sizeHint().height()
+        chrome = (2 * MARGIN_Y + 2 * self.frameWidth() + header + rows * row_height + (rows - 1) * 2
+                  + self.legend.height() + footer + 4 * SPACING)
+        if self._note.isVisibleTo(self):
+            chrome += footer + SPACING
+        plot = (width - 2 * MARGIN_X - 2 * self.frameWidth()) * plot_ratio
+        return int(min(max(chrome + plot, MIN_PANEL_HEIGHT), 900))
+
+    def set_in_card(self, in_card: bool) -> None:
+        """In a module's card, whose title is the module's path, the panel's title is only what tells its record
+        apart ("#1" for a second call, "/0" for a leaf of a structured output); on its own, the whole key."""
+        key = self.key or "(model)"
+        text = key[len(self.path):] if in_card and self.path and key.startswith(self.path) else key
+        if self._title.text() != text:
+            self._title.setText(text)
+
+    def plot_widget(self) -> QWidget:
+        """The pyqtgraph view on show (the mosaic's, or the bar plot's), or the message label."""
+        return self._stack.currentWidget()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._place_controls()
 
     # ---- showing data ---------------------------------------------------------------------------------------
     @property
@@ -230,30 +345,36 @@ class FeatureMapPanel(QFrame):
         self._idle_text = " "
         self._footer.setText(" ")
         self._set_note("")
+        self._set_legend(None)
 
     def show_picture(self, picture: PanelPicture) -> None:
         """The hot path after every run: one ``setImage`` (or one bar item update), a few labels."""
         if self.views:
             self.views = {}
-            self.view_box.setVisible(False)
+            self._place_controls()
         self._draw(picture)
 
     def show_views(self, views: dict[str, PanelPicture]) -> None:
-        """Image B is set: this record on A, on B and A − B (keys of ``VIEWS``); the view box picks one."""
+        """Image B is set: this record on A, on B and A − B (keys of ``VIEWS``); the panel's setting ``view``
+        (its view drop-down) picks one."""
         self.views = dict(views)
-        self.view_box.setVisible(len(self.views) > 1)
+        self._place_controls()
         self._draw_view()
 
     def choose_view(self, view: str) -> None:
         """Show "A", "B" or "diff", as the view drop-down does."""
         self.view_box.set_value(view, notify=True)
 
-    def _on_view_chosen(self, *_: object) -> None:
-        if self.views:
-            self._draw_view()
+    def _on_view_chosen(self, view: str) -> None:
+        settings = replace(self.settings, view=view)
+        if settings == self.settings:
+            return
+        self._set_settings(settings)
+        self.settings_changed.emit(self.path, self.kind, settings)
 
     def _draw_view(self) -> None:
-        view = self.view_box.value if self.view_box.value in self.views else "A"
+        view = self.settings.view if self.settings.view in self.views else "A"
+        self.view_box.set_value(view)
         picture = self.views[view]
         if picture.settings != self.settings:
             picture = self.views[view] = picture.with_settings(self.settings)
@@ -264,6 +385,7 @@ class FeatureMapPanel(QFrame):
         self.settings = picture.settings
         kind = picture.channels.kind
         self._show_labels(picture)
+        self._set_legend(picture)
         if picture.flat and kind != "scalar":
             self._message.setText(self._flat_text(picture))
             self._show_page(MESSAGE)
@@ -272,7 +394,7 @@ class FeatureMapPanel(QFrame):
             self._mosaic.show_rendered(rendered_for(picture, self.view_size()))
             if picture.arrangement.size != self._image_shape:
                 self._image_shape = picture.arrangement.size
-                self._viewbox.autoRange(padding=0.01)
+                self._viewbox.fit()
             self._show_page(MAPS)
         elif kind == "vector":
             self._show_bars(picture)
@@ -310,6 +432,12 @@ class FeatureMapPanel(QFrame):
         self.scaling_box.setEnabled(kind == "maps")
         self.sort_box.setEnabled(kind != "scalar")
 
+    def _set_legend(self, picture: PanelPicture | None) -> None:
+        legend = legend_of(picture) if picture is not None else None
+        self.legend.set_legend(legend)
+        if self.legend.isVisibleTo(self) != (legend is not None):
+            self.legend.setVisible(legend is not None)
+
     def _show_page(self, page: int) -> None:
         if self._stack.currentIndex() != page:
             self._stack.setCurrentIndex(page)
@@ -333,7 +461,7 @@ class FeatureMapPanel(QFrame):
         if values is None:
             return
         if self._plot is None:
-            self._plot = pg.PlotWidget()
+            self._plot = ScrollingPlotWidget()
             self._plot.setMenuEnabled(False)
             self._plot.setLabel("bottom", "channel")
             self._plot.scene().sigMouseMoved.connect(self._on_mouse_moved_bars)
@@ -351,7 +479,7 @@ class FeatureMapPanel(QFrame):
     def apply_settings(self, settings: PanelSettings) -> None:
         """Redraw under new settings on the GUI thread (one mosaic: milliseconds even for 2048 channels)."""
         for box, value in ((self.colormap_box, settings.colormap), (self.scaling_box, settings.scaling),
-                           (self.sort_box, settings.sort)):
+                           (self.sort_box, settings.sort), (self.view_box, settings.view)):
             box.set_value(value)
         self._set_settings(settings)
 
@@ -363,7 +491,8 @@ class FeatureMapPanel(QFrame):
         self._on_settings_edited()
 
     def _on_settings_edited(self, *_: object) -> None:
-        settings = PanelSettings(
+        settings = replace(
+            self.settings,
             colormap=self.colormap_box.value,
             scaling=self.scaling_box.value,
             sort=self.sort_box.value,
@@ -416,8 +545,9 @@ class FeatureMapPanel(QFrame):
             return
         if event.button() != Qt.MouseButton.LeftButton:
             return
-        if event.double():
-            self._viewbox.autoRange(padding=0.01)
+        if event.double():  # the whole mosaic again; the first click of the two opened the channel already
+            event.accept()
+            self._viewbox.fit()
             return
         hit = self.channel_at(event.scenePos())
         if hit is not None and self.picture is not None:

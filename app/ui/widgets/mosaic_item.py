@@ -10,6 +10,9 @@ The worker colours the mosaic at the size it is shown (``fit``: the panels' view
 every n-th pixel of each tile, which is what painting the whole mosaic scaled down shows too: a 900x900 mosaic
 in a 300 pixel panel needs a ninth of the memory and of the work. Zooming in past that resolution paints the full mosaic,
 coloured then on the GUI thread (once per picture, under a millisecond).
+
+The views that show mosaics sit in a scrolling page of panels, so the mouse wheel scrolls that page; Ctrl+wheel
+zooms the mosaic around the mouse (``MosaicViewBox``, ``ScrollingLayoutWidget``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from functools import cache
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF
-from PySide6.QtGui import QImage
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QImage, QWheelEvent
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QWidget
 
 from app.core.ab_pictures import diverging_lut
 from app.core.pictures import Arrangement, PanelPicture
@@ -156,3 +160,66 @@ def with_rendering(picture: PanelPicture, fit: tuple[int, int] | None = None) ->
     if picture.flat or not (height and width):
         return picture
     return replace(picture, rendered=render_mosaic(picture.arrangement, lut_of(picture), fit))
+
+
+# ---- the wheel: scroll the page of panels, Ctrl+wheel zooms ------------------------------------------------------
+
+
+def zooms(event: object) -> bool:
+    """Whether a wheel event (Qt's or pyqtgraph's scene event) asks to zoom: Ctrl is held."""
+    return bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
+
+
+def enclosing_scroll_area(widget: QWidget) -> QAbstractScrollArea | None:
+    """The scroll area whose page holds ``widget`` (None in a dock of its own)."""
+    parent = widget.parentWidget()
+    while parent is not None:
+        if isinstance(parent, QAbstractScrollArea):
+            return parent
+        parent = parent.parentWidget()
+    return None
+
+
+def scroll_page(widget: QWidget, event: QWheelEvent) -> None:
+    """Hand a wheel event over a plot to the scroll area around it, as if the plot were not there.
+
+    Qt propagates an ignored wheel event to the parents only when it came from the window system; handing it to
+    the scroll area's viewport here works for every event (and scrolls once: the area accepts what it used)."""
+    event.ignore()
+    area = enclosing_scroll_area(widget)
+    if area is not None:
+        QApplication.sendEvent(area.viewport(), event)
+
+
+class WheelScrollsPage:
+    """Mixin for a pyqtgraph ``GraphicsView``: the wheel scrolls the page around it, Ctrl+wheel goes to the scene
+    (where the view box zooms around the mouse)."""
+
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802 (Qt's name)
+        if zooms(event):
+            super().wheelEvent(event)  # type: ignore[misc]
+            event.accept()
+        else:
+            scroll_page(self, event)  # type: ignore[arg-type]
+
+
+class ScrollingLayoutWidget(WheelScrollsPage, pg.GraphicsLayoutWidget):
+    """A ``GraphicsLayoutWidget`` whose wheel scrolls the page (Ctrl+wheel zooms)."""
+
+
+class ScrollingPlotWidget(WheelScrollsPage, pg.PlotWidget):
+    """A ``PlotWidget`` whose wheel scrolls the page (Ctrl+wheel zooms)."""
+
+
+class MosaicViewBox(pg.ViewBox):
+    """A view box that zooms only with Ctrl held; a plain wheel is left to the page (``WheelScrollsPage``)."""
+
+    def wheelEvent(self, ev, axis=None) -> None:  # noqa: N802 (pyqtgraph's name)
+        if not zooms(ev):
+            ev.ignore()
+            return
+        super().wheelEvent(ev, axis)
+
+    def fit(self) -> None:
+        """Show the whole mosaic (the double-click)."""
+        self.autoRange(padding=0.01)

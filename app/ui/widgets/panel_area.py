@@ -1,23 +1,42 @@
-"""The central grid of record panels: one row per record (in module-tree order), one column per hook kind.
+"""The central page of record panels: one card per ticked module, in module-tree order.
 
-With several hook kinds ticked, a module's Inputs, Activations and Gradients sit side by side; with one kind,
-panels flow into as many columns as fit.
+A card holds its module's panels with the hook kinds side by side (In | Act | Grad), one row per record (a module
+called twice, or one with a structured output, has several); where the page is too narrow for the kinds side by
+side at ``MIN_PANEL_WIDTH``, they stack inside the card. Cards of few kinds flow several to a row on a wide page.
+Nothing is clipped: the page scrolls vertically, and horizontally when it is narrower than one panel.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QResizeEvent
-from PySide6.QtWidgets import QDockWidget, QGridLayout, QLabel, QMainWindow, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QColor, QPainter, QPaintEvent, QPen, QResizeEvent
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QScrollArea,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+from superqt import QElidingLabel
 
 from app.core.hooks import record_key
 from app.core.pictures import KIND_ORDER, PanelPicture, PanelSettings
-from app.ui.widgets.feature_map_panel import FeatureMapPanel
+from app.ui.theme import BORDER
+from app.ui.widgets.feature_map_panel import MIN_PANEL_HEIGHT, MIN_PANEL_WIDTH, FeatureMapPanel
 
-MIN_PANEL_WIDTH = 380
+PREFERRED_PANEL_WIDTH = 380  # cards of one or two kinds flow side by side on a wide page at about this width a panel
+CARD_MARGIN = 6  # inside a card, around its title and panels
+CARD_SPACING = 6  # between the panels of a card, and between cards
+PAGE_MARGIN = 6
+MAX_HEIGHT = 16777215  # QWIDGETSIZE_MAX
 PANELS_PER_TURN = 2  # panels built per turn of the event loop after a tick
 EMPTY_HINT = (
     "Tick a module in the tree (Act = activations, In = inputs, Grad = gradients)\n"
@@ -25,8 +44,117 @@ EMPTY_HINT = (
 )
 
 
+class ModuleCard(QFrame):
+    """One ticked module: its path, and its panels in a grid (a row per record, a column per kind in the order
+    In | Act | Grad), or stacked one above the other when the page is narrow.
+
+    A module with several records (called twice, or a structured output) puts ``per_line`` records side by side
+    where the page has room, so that its card is as tall as its neighbours."""
+
+    def __init__(self, path: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path = path
+        self.setObjectName("moduleCard")
+        self.title = QElidingLabel(path or "(model)")
+        self.title.setObjectName("panelTitle")
+        self.title.setElideMode(Qt.TextElideMode.ElideLeft)
+        self.title.setToolTip(path or "(the whole model)")
+        self._grid = QGridLayout()
+        self._grid.setContentsMargins(0, 0, 0, 0)
+        self._grid.setSpacing(CARD_SPACING)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(CARD_MARGIN + 1, CARD_MARGIN - 2, CARD_MARGIN + 1, CARD_MARGIN + 1)
+        layout.setSpacing(4)
+        layout.addWidget(self.title)
+        layout.addLayout(self._grid)
+        self.rows: list[list[FeatureMapPanel | None]] = []  # a list per record, a panel (or None) per kind
+        self.stacked = False
+        self.per_line = 1  # records side by side
+        self._placed: tuple = ()
+
+    @property
+    def kinds(self) -> int:
+        return len(self.rows[0]) if self.rows else 0
+
+    @property
+    def columns(self) -> int:
+        """Panels side by side."""
+        return 1 if self.stacked else max(1, self.kinds * self.per_line)
+
+    def panels(self) -> list[FeatureMapPanel]:
+        """Its panels in reading order: row by row, In | Act | Grad."""
+        return [panel for row in self.rows for panel in row if panel is not None]
+
+    @staticmethod
+    def width_for(columns: int) -> int:
+        """The least width of a card with ``columns`` panels side by side."""
+        columns = max(1, columns)
+        return columns * MIN_PANEL_WIDTH + (columns - 1) * CARD_SPACING + 2 * (CARD_MARGIN + 1)
+
+    def title_height(self) -> int:
+        """The card's height above and below its panels."""
+        margins = self.layout().contentsMargins()
+        return self.title.sizeHint().height() + self.layout().spacing() + margins.top() + margins.bottom()
+
+    def minimum_width(self) -> int:
+        return self.width_for(self.columns)
+
+    def set_panels(self, rows: list[list[FeatureMapPanel | None]]) -> None:
+        self.rows = rows
+        self._place()
+
+    def set_shape(self, stacked: bool, per_line: int = 1) -> None:
+        self.stacked, self.per_line = stacked, max(1, per_line)
+        self._place()
+
+    def _place(self) -> None:
+        placed = (self.stacked, self.per_line, tuple(tuple(row) for row in self.rows))  # widgets: by identity
+        if placed == self._placed:
+            return
+        self._placed = placed
+        while self._grid.count():
+            self._grid.takeAt(0)
+        for column in range(self._grid.columnCount()):
+            self._grid.setColumnStretch(column, 0)
+        if self.stacked:
+            for n, panel in enumerate(self.panels()):
+                self._grid.addWidget(panel, n, 0)
+            self._grid.setColumnStretch(0, 1)
+        else:
+            kinds = self.kinds
+            for n, row in enumerate(self.rows):
+                line, offset = divmod(n, self.per_line)
+                for c, panel in enumerate(row):
+                    if panel is not None:
+                        self._grid.addWidget(panel, line, offset * kinds + c)
+            for column in range(self.columns):
+                self._grid.setColumnStretch(column, 1)
+        for panel in self.panels():
+            panel.set_in_card(True)
+            panel.show()
+
+    def fit_width(self, width: int, max_height: int) -> None:
+        """Take ``width`` pixels; each panel gets its share, and a height that keeps its mosaic about square but
+        no taller than ``max_height`` (so that a whole panel can be scrolled into view)."""
+        self.setFixedWidth(width)
+        columns = self.columns
+        inner = width - 2 * (CARD_MARGIN + 1) - (columns - 1) * CARD_SPACING
+        panel_width = max(MIN_PANEL_WIDTH, inner // columns)
+        for panel in self.panels():
+            height = max(MIN_PANEL_HEIGHT, min(panel.height_for_width(panel_width), max_height))
+            if panel.minimumHeight() != height or panel.maximumHeight() != height:
+                panel.setFixedHeight(height)
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(QPen(QColor(BORDER), 1))
+        painter.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
+        painter.end()
+
+
 class PanelDock(QDockWidget):
-    """A panel popped out of the grid; closing the dock puts the panel back."""
+    """A panel popped out of its card; closing the dock puts the panel back."""
 
     closed = Signal(object)
 
@@ -51,23 +179,28 @@ class PanelArea(QScrollArea):
         self._host = host  # the window that holds popped-out panels as docks
         self.docks: dict[tuple[str, str], PanelDock] = {}
         self.panels: dict[tuple[str, str], FeatureMapPanel] = {}  # (kind, record key) -> panel
-        self._sort_keys: dict[tuple[str, str], tuple[int, int, str]] = {}
+        self._sort_keys: dict[tuple[str, str], tuple[int, int, str]] = {}  # (tree order, call, leaf)
+        self._cards: dict[str, ModuleCard] = {}  # module path -> its card
+        self._order: list[str] = []  # the cards' paths in module-tree order
+        self._flow: tuple[tuple[ModuleCard, ...], ...] = ()  # the cards row by row, as placed
         self.setWidgetResizable(True)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)  # a page narrower than a panel
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         container = QWidget()
+        container.setObjectName("panelPage")
         outer = QVBoxLayout(container)
-        outer.setContentsMargins(6, 6, 6, 6)
+        outer.setContentsMargins(PAGE_MARGIN, PAGE_MARGIN, PAGE_MARGIN, PAGE_MARGIN)
         self._hint = QLabel(EMPTY_HINT)
         self._hint.setObjectName("emptyHint")
         self._hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._hint.setWordWrap(True)
         outer.addWidget(self._hint, 1)
-        self._grid = QGridLayout()
-        self._grid.setSpacing(6)
-        outer.addLayout(self._grid)
+        self._rows = QVBoxLayout()  # one QHBoxLayout of cards per row
+        self._rows.setSpacing(CARD_SPACING)
+        outer.addLayout(self._rows)
         outer.addStretch(1)  # spare height goes below the rows, not into the panels
         self.setWidget(container)
-        self._columns = 0
         # Ticked pairs whose panels are still to be built (``ensure_pairs``), in the order they were ticked.
         self._pending: OrderedDict[tuple[str, str], Callable[[str, str], PanelSettings]] = OrderedDict()
         self._pending_timer = QTimer(self)
@@ -76,6 +209,14 @@ class PanelArea(QScrollArea):
         self._pending_timer.timeout.connect(self._make_pending)
 
     # ---- which panels exist ---------------------------------------------------------------------------------
+    def cards(self) -> list[ModuleCard]:
+        """The module cards in module-tree order."""
+        return [self._cards[path] for path in self._order if path in self._cards]
+
+    def holds(self, panel: FeatureMapPanel) -> bool:
+        """Whether ``panel`` is on the page (in a card), not popped out into a dock."""
+        return any(panel in card.panels() for card in self._cards.values())
+
     def pairs(self) -> set[tuple[str, str]]:
         return {(panel.path, panel.kind) for panel in self.panels.values()}
 
@@ -105,7 +246,7 @@ class PanelArea(QScrollArea):
             self._pending_timer.start()
 
     def view_size(self) -> tuple[int, int] | None:
-        """The largest mosaic view among the panels in the grid, in device pixels (what a run colours mosaics
+        """The largest mosaic view among the panels in the area (not popped out), in device pixels (what a run colours mosaics
         at); None before the panels are laid out, and then mosaics are coloured whole."""
         sizes = [panel.view_size() for ident, panel in self.panels.items() if ident not in self.docks]
         sizes = [size for size in sizes if size is not None]
@@ -134,8 +275,11 @@ class PanelArea(QScrollArea):
         ticked: set[tuple[str, str]],
         missing_reason: Callable[[str, str], str],
         settings_for: Callable[[str, str], PanelSettings],
+        views: Mapping[tuple[str, str], Mapping[str, PanelPicture]] | None = None,
     ) -> None:
-        """Fill every ticked pair's panels from one run; pairs without a record say why."""
+        """Fill every ticked pair's panels from one run; pairs without a record say why. ``views``: with image B
+        set, each record's (kind, key) A / B / A − B pictures (``Comparison.views``); each panel shows the one
+        its settings' ``view`` names."""
         self._pending.clear()  # every ticked pair gets its panel here
         seen: set[tuple[str, str]] = set()
         covered: set[tuple[str, str]] = set()
@@ -150,7 +294,11 @@ class PanelArea(QScrollArea):
                 panel = self._make(picture.path, picture.kind, picture.key, picture.settings,
                                    (self._order_of(picture.path), picture.call, picture.leaf))
                 changed = True
-            panel.show_picture(picture)
+            record_views = views.get(ident) if views else None
+            if record_views:
+                panel.show_views(dict(record_views))
+            else:
+                panel.show_picture(picture)
             seen.add(ident)
             covered.add(pair)
         for ident, panel in list(self.panels.items()):
@@ -199,7 +347,6 @@ class PanelArea(QScrollArea):
         panel = self.panels.pop(ident)
         self._sort_keys.pop(ident, None)
         dock = self.docks.pop(ident, None)
-        self._grid.removeWidget(panel)
         panel.hide()
         panel.setParent(None)
         panel.deleteLater()
@@ -213,10 +360,12 @@ class PanelArea(QScrollArea):
         """Move ``panel`` into a floating dock of the window: dockable anywhere, on a second screen too."""
         if self._host is None or panel.ident in self.docks:
             return None
-        self._grid.removeWidget(panel)
+        panel.setMinimumHeight(MIN_PANEL_HEIGHT)  # the card gave it a fixed height; the dock resizes it
+        panel.setMaximumHeight(MAX_HEIGHT)
         dock = PanelDock(f"{panel.key or '(model)'} · {panel.kind_label}", self._host)
         dock.setObjectName(f"panel:{panel.kind}:{panel.key}")
         dock.setWidget(panel)
+        panel.set_in_card(False)
         panel.float_button.setVisible(False)
         dock.closed.connect(self._put_back)
         self.docks[panel.ident] = dock
@@ -240,48 +389,89 @@ class PanelArea(QScrollArea):
         self._relayout()
 
     def _relayout(self) -> None:
-        while self._grid.count():
-            self._grid.takeAt(0)
-        for column in range(self._grid.columnCount()):
-            self._grid.setColumnStretch(column, 0)
-
-        in_grid = [ident for ident in self.panels if ident not in self.docks]
+        """Cards for the panels in the area (one per module, in module-tree order), flowed into rows."""
+        in_area = [ident for ident in self.panels if ident not in self.docks]
         self._hint.setVisible(not self.panels)
-        if not in_grid:
-            return
-        kinds = sorted({kind for kind, _ in in_grid}, key=lambda k: KIND_ORDER.get(k, 9))
-        idents = sorted(in_grid, key=lambda ident: (self._sort_keys[ident], KIND_ORDER.get(ident[0], 9)))
-        if len(kinds) > 1:
-            rows = sorted({(self._sort_keys[i], i[1]) for i in idents})
-            row_of = {key: r for r, (_, key) in enumerate(rows)}
+        by_path: dict[str, list[tuple[str, str]]] = {}
+        for ident in in_area:
+            by_path.setdefault(self.panels[ident].path, []).append(ident)
+        for path in [path for path in self._cards if path not in by_path]:
+            card = self._cards.pop(path)
+            card.hide()
+            card.setParent(None)
+            card.deleteLater()
+        for path, idents in by_path.items():
+            card = self._cards.get(path)
+            if card is None:
+                card = self._cards[path] = ModuleCard(path)
+            rows = sorted({self._sort_keys[ident][1:] for ident in idents})
+            kinds = sorted({kind for kind, _ in idents}, key=lambda k: KIND_ORDER.get(k, 9))
+            grid: list[list[FeatureMapPanel | None]] = [[None] * len(kinds) for _ in rows]
             for ident in idents:
-                self._grid.addWidget(self.panels[ident], row_of[ident[1]], kinds.index(ident[0]))
-            self._columns = len(kinds)
-        else:
-            self._columns = self._flow_columns(len(idents))
-            for n, ident in enumerate(idents):
-                self._grid.addWidget(self.panels[ident], n // self._columns, n % self._columns)
-        for column in range(self._columns):
-            self._grid.setColumnStretch(column, 1)
-        self._fit_heights()
+                grid[rows.index(self._sort_keys[ident][1:])][kinds.index(ident[0])] = self.panels[ident]
+            card.set_panels(grid)
+        self._order = sorted(self._cards, key=lambda path: (min(self._sort_keys[i][0] for i in by_path[path]), path))
+        self._fit()
 
-    def _flow_columns(self, count: int) -> int:
-        return max(1, min(count, self.viewport().width() // MIN_PANEL_WIDTH))
+    def page_width(self) -> int:
+        """The width the cards are laid out in: the viewport's, less the vertical scroll bar whether it shows or
+        not (so that the bar coming and going cannot make the layout flip back and forth)."""
+        extent = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+        return max(1, self.maximumViewportSize().width() - extent - 2 * PAGE_MARGIN)
 
-    def _fit_heights(self) -> None:
-        """Roughly square panels: the mosaics are square, and rows then fill the view without tiny tiles."""
-        if not self._columns:
-            return
-        width = max(1, self.viewport().width() // self._columns)
-        height = int(min(max(300, width * 0.9 + 70), 900))
-        for ident, panel in self.panels.items():
-            panel.setMinimumHeight(300 if ident in self.docks else height)
+    def page_height(self) -> int:
+        """The height a panel can take and still be seen whole: the viewport's, less a horizontal scroll bar."""
+        extent = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+        return max(1, self.maximumViewportSize().height() - extent - 2 * PAGE_MARGIN)
 
-    def resizeEvent(self, event: QResizeEvent) -> None:
+    def _fit(self) -> None:
+        """Size the cards to the page: kinds side by side where they fit at MIN_PANEL_WIDTH, else stacked; cards
+        of one kind flow several to a row, about PREFERRED_PANEL_WIDTH each."""
+        width = self.page_width()
+        slots = max(1, (width + CARD_SPACING) // (PREFERRED_PANEL_WIDTH + CARD_SPACING))
+        slot = (width - (slots - 1) * CARD_SPACING) / slots
+        rows: list[list[tuple[ModuleCard, int]]] = []
+        used = slots
+        for path in self._order:
+            card = self._cards[path]
+            if ModuleCard.width_for(card.kinds) > width:
+                card.set_shape(stacked=True)
+            else:
+                card.set_shape(stacked=False, per_line=min(len(card.rows), slots // card.kinds))
+            span = min(card.columns, slots)
+            if used + span > slots:
+                rows.append([])
+                used = 0
+            card_width = max(round(span * slot + (span - 1) * CARD_SPACING), card.minimum_width())
+            rows[-1].append((card, card_width))
+            used += span
+        signature = tuple(tuple(card for card, _ in row) for row in rows)
+        if signature != self._flow:
+            self._flow = signature
+            self._place_rows(rows)
+        max_height = self.page_height()
+        for row in rows:
+            for card, card_width in row:
+                card.fit_width(card_width, max_height - card.title_height())
+
+    def _place_rows(self, rows: list[list[tuple[ModuleCard, int]]]) -> None:
+        while self._rows.count():
+            item = self._rows.takeAt(0)
+            line = item.layout()
+            if line is not None:
+                while line.count():
+                    line.takeAt(0)
+                line.deleteLater()
+        for row in rows:
+            line = QHBoxLayout()
+            line.setSpacing(CARD_SPACING)
+            for card, _ in row:
+                line.addWidget(card, 0, Qt.AlignmentFlag.AlignTop)
+                card.show()
+            line.addStretch(1)
+            self._rows.addLayout(line)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
-        in_grid = [ident for ident in self.panels if ident not in self.docks]
-        kinds = {kind for kind, _ in in_grid}
-        if len(kinds) == 1 and self._flow_columns(len(in_grid)) != self._columns:
-            self._relayout()
-        else:
-            self._fit_heights()
+        if self._cards:
+            self._fit()
