@@ -72,6 +72,7 @@ class Workspace(QObject):
     model_loading = Signal(str)  # a description of what is being loaded
     model_changed = Signal(object)  # the LoadOutcome now in use (registry made, ticks and edits carried over)
     hooks_changed = Signal(object)  # list of (path, kind, ticked); [] when edits or a device move changed hooks
+    external_hooks_changed = Signal(object)  # list of HookInfo: hooks a feature put on the model outside the registry
     device_changed = Signal(str)
     weights_changed = Signal(str)
     preprocess_changed = Signal(object)  # the Preprocess the loaded model is fed with from now on
@@ -102,6 +103,7 @@ class Workspace(QObject):
         self.target: int | str = "top1"
         self.loaded: LoadedModel | None = None
         self.registry: HookRegistry | None = None
+        self.external_hooks: list[HookInfo] = []  # e.g. a feature visualization's hook, while it lives
         self.nodes: list[ModuleInfo] = []
         self.queue = ImageQueue()
         self.image: ImageSource | None = None  # the image of the results on screen
@@ -329,6 +331,17 @@ class Workspace(QObject):
         if self.registry is not None:
             add(self.registry)
             self._hooks_changed([])
+
+    def add_external_hook(self, info: HookInfo) -> None:
+        """List a hook a feature registers on the live model itself, outside the registry (a feature
+        visualization's), for as long as it lives: the hook inspector shows it. Nothing is registered here."""
+        self.external_hooks.append(info)
+        self.external_hooks_changed.emit(list(self.external_hooks))
+
+    def remove_external_hook(self, info: HookInfo) -> None:
+        if info in self.external_hooks:
+            self.external_hooks.remove(info)
+            self.external_hooks_changed.emit(list(self.external_hooks))
 
     def _hooks_changed(self, changes: list[HookChange], rerun: bool = True) -> None:
         self.hooks_changed.emit(changes)
