@@ -8,7 +8,7 @@ layout and per-channel ranges); the mosaic's pixels are drawn when asked for, at
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -113,6 +113,9 @@ class PanelPicture:
     # The mosaic through its colormap, ready to paint: a ``mosaic_item.RenderedMosaic`` the worker makes (Qt's
     # image type, so it is opaque here); the panel checks it still fits the arrangement and colormap it draws.
     rendered: object | None = None
+    # The record as the hook captured it (the raw tensor, shared with the run's result, not copied): what a panel
+    # exports as an array. Not compared: two pictures of equal content are equal whatever run they came from.
+    record: Record | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_gradient(self) -> bool:
@@ -247,6 +250,7 @@ def picture_of(record: Record, settings: PanelSettings) -> PanelPicture:
         flat=_is_flat(channels, arrangement),
         settings=settings,
         arrangement=arrangement,
+        record=record,
     )
 
 

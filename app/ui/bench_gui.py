@@ -31,8 +31,8 @@ from PySide6.QtWidgets import QApplication
 from app.core.hooks import Record
 from app.core.pictures import PanelSettings, picture_of
 from app.ui.app import SCREENSHOT_SIZE, Window, _close, _no_display, application, make_window, settle, wait_for_run
+from app.ui.state.rendering import with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
-from app.ui.widgets.mosaic_item import with_rendering
 
 TIMER_MS = 5
 

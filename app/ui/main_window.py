@@ -8,6 +8,7 @@ workspace's signals; every other feature (``FEATURES``) is built from the worksp
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -34,6 +35,7 @@ from app.core.devices import available_devices, unavailable_devices
 from app.core.images import Preprocess
 from app.core.models import DEFAULT_MODEL, catalogue
 from app.core.pictures import KIND_LABELS, PanelPicture
+from app.core.resources import sample_image
 from app.ui.actions.builtin import builtin_actions
 from app.ui.actions.specs import ActionSpec, MenuBuilder
 from app.ui.features import FEATURES
@@ -132,6 +134,8 @@ class MainWindow(QMainWindow):
         self.panel_area.channel_clicked.connect(self.open_channel)
         self.panel_area.channel_menu_requested.connect(self._tile_menu)
         self.panel_area.settings_changed.connect(space.set_panel_settings)
+        self.panel_area.message.connect(lambda text, error: self.show_error(text) if error else
+                                        self.statusBar().showMessage(text, 6000))
         space.view_size = self.panel_area.view_size
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -305,7 +309,8 @@ class MainWindow(QMainWindow):
         space = self.workspace
         result = outcome.result
         self.panel_area.show_results(outcome.pictures, space.ticked_pairs(), space.missing_reason,
-                                     space.settings_for)
+                                     space.settings_for,
+                                     views=outcome.comparison.views if outcome.comparison is not None else None)
         preprocess = space.loaded.preprocess if space.loaded else None
         self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name,
                                     describe_preprocess(preprocess))
@@ -459,6 +464,8 @@ class MainWindow(QMainWindow):
 
     # ========================================================================================== settings ====
     def _push_recent(self, path: str) -> None:
+        if os.path.abspath(path) == os.path.abspath(sample_image()):
+            return  # the bundled sample lives inside the installation: never a recent file that goes stale
         settings = app_settings()
         settings.setValue("recent_files", push_recent(read_list(settings, "recent_files"), path))
 
@@ -483,7 +490,12 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self._docks["modules"], self._docks["input"]], [left, right], Qt.Orientation.Horizontal)
         height = self.height()
         self.resizeDocks([self._docks["input"], self._docks["predictions"]],
-                         [int(height * 0.55), int(height * 0.45)], Qt.Orientation.Vertical)
+                         [int(height * 0.6), int(height * 0.4)], Qt.Orientation.Vertical)
+        below = [dock for dock_id, dock in self._docks.items() if dock_id != "modules"
+                 and self.dockWidgetArea(dock) == Qt.DockWidgetArea.LeftDockWidgetArea and not dock.isFloating()]
+        if below:  # the module tree keeps most of the left column; what sits under it (interventions) the rest
+            self.resizeDocks([self._docks["modules"], below[0]], [int(height * 0.62), int(height * 0.38)],
+                             Qt.Orientation.Vertical)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

@@ -10,8 +10,8 @@ from PySide6.QtCore import QRectF
 from app.core.hooks import Record
 from app.core.pictures import PanelSettings, picture_of
 from app.core.resources import colormap_lut
+from app.ui.state.rendering import fitted_size, render_mosaic, rendered_for, with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
-from app.ui.widgets.mosaic_item import fitted_size, render_mosaic, rendered_for, with_rendering
 
 
 def record(values: torch.Tensor, kind: str = "forward") -> Record:

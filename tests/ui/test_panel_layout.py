@@ -20,9 +20,9 @@ from app.core.ab_pictures import compare_runs
 from app.core.capture import capture_run
 from app.core.hooks import HookRegistry
 from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
+from app.ui.state.rendering import DIFF_LUT
 from app.ui.widgets.feature_map_panel import MIN_PANEL_WIDTH, FeatureMapPanel
 from app.ui.widgets.legend import number
-from app.ui.widgets.mosaic_item import DIFF_LUT
 from app.ui.widgets.panel_area import PanelArea
 
 PAIRS = {

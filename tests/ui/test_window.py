@@ -13,13 +13,14 @@ from PySide6.QtWidgets import QApplication
 from app.core.capture import capture_run
 from app.core.hooks import FALLBACK, HookRegistry
 from app.core.images import read_image
-from app.core.models import default_weights_file, load_model
+from app.core.models import load_model
 from app.core.resources import sample_image
-from app.ui import main_window
 from app.ui.main_window import MainWindow
+from app.ui.state import scheduler
+from app.ui.state import workspace as workspace_module
+from app.ui.state.rendering import fitted_size
 from app.ui.state.requests import execute_run
 from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, INPUTS
-from app.ui.widgets.mosaic_item import fitted_size
 from app.ui.widgets.panel_area import PANELS_PER_TURN
 
 RUN_TIMEOUT_MS = 120_000
@@ -48,7 +49,7 @@ def drop_files(window: MainWindow, paths: list[Path]) -> QDropEvent:
 
 def direct_records(window: MainWindow, image: Path | str, pairs: set[tuple[str, str]]) -> dict:
     """The same run done directly with the engine on an identical (same seed) model: the reference arrays."""
-    loaded = load_model(window.loaded.name, "none", seed=0)
+    loaded = load_model(window.workspace.loaded.name, "none", seed=0)
     with HookRegistry(loaded.module) as registry:
         for path, kind in sorted(pairs):
             registry.add(path, kind)
@@ -71,16 +72,16 @@ def assert_panels_match(window: MainWindow, reference: dict) -> None:
 
 
 def hook_count(window: MainWindow, path: str, attribute: str) -> int:
-    return len(getattr(window.loaded.module.get_submodule(path), attribute))
+    return len(getattr(window.workspace.loaded.module.get_submodule(path), attribute))
 
 
 # ---- first start ----------------------------------------------------------------------------------------------
 
 
 def test_first_start_shows_the_default_layers_filled(window: MainWindow) -> None:
-    assert window.loaded.name == "resnet18"
-    assert window.ticked_pairs() == DEFAULT_PAIRS
-    assert window.last_outcome.image.path == str(sample_image())
+    assert window.workspace.loaded.name == "resnet18"
+    assert window.workspace.ticked_pairs() == DEFAULT_PAIRS
+    assert window.workspace.last.image.path == str(sample_image())
     panels = window.panel_area.panels
     assert set(panels) == {(kind, path) for path, kind in DEFAULT_PAIRS}
     assert panels[("forward", "layer1.0.conv1")].picture.channels.data.shape == (64, 56, 56)
@@ -88,20 +89,10 @@ def test_first_start_shows_the_default_layers_filled(window: MainWindow) -> None
     for panel in panels.values():
         mosaic = panel.picture.arrangement.image
         assert mosaic.dtype == np.uint8 and mosaic.ndim == 2 and mosaic.any()
-    assert len(window.last_outcome.result.top5) == 5
-    assert [row.index for row in window.predictions.rows] == [p.index for p in window.last_outcome.result.top5]
+    assert len(window.workspace.last.result.top5) == 5
+    assert [row.index for row in window.predictions.rows] == [p.index for p in window.workspace.last.result.top5]
     assert window.last_timings["forward_ms"] > 0 and window.last_timings["backward_ms"] > 0
     assert "forward" in window.timing_label.text() and "render" in window.timing_label.text()
-
-
-@pytest.mark.skipif(default_weights_file("resnet18").is_file(), reason="pretrained weights are cached here")
-def test_missing_pretrained_weights_show_a_visible_notice(make_window, qtbot) -> None:
-    window = make_window(weights="default")
-    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        pass
-    assert window.notice.isVisible()
-    assert "untrained" in window.notice.text() and "resnet18" in window.notice.text()
-    assert not window.loaded.pretrained
 
 
 # ---- images ---------------------------------------------------------------------------------------------------
@@ -111,11 +102,11 @@ def test_dropping_files_loads_the_first_and_fills_the_panels(window: MainWindow,
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         drop = drop_files(window, photos)
     assert drop.isAccepted()
-    assert window.last_outcome.image.path == str(photos[0])
-    assert window.image_queue.paths == [str(p) for p in photos]
-    loaded = window.loaded
+    assert window.workspace.last.image.path == str(photos[0])
+    assert window.workspace.queue.paths == [str(p) for p in photos]
+    loaded = window.workspace.loaded
     expected_input = loaded.preprocess.to_display(loaded.preprocess.to_tensor(read_image(photos[0])))
-    np.testing.assert_array_equal(window.last_outcome.input_display, expected_input)
+    np.testing.assert_array_equal(window.workspace.last.input_display, expected_input)
     np.testing.assert_array_equal(window.input_panel.image_item.image, expected_input)
     assert_panels_match(window, direct_records(window, photos[0], DEFAULT_PAIRS))
     # the worker coloured each mosaic for the panels' size; the GUI thread painted that, coloured nothing itself
@@ -130,15 +121,15 @@ def test_dropping_files_loads_the_first_and_fills_the_panels(window: MainWindow,
         assert rendered.is_full == (rendered.qimage.width() == width)
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.step_image(1)
-    assert window.last_outcome.image.path == str(photos[1])
+        window.workspace.step_image(1)
+    assert window.workspace.last.image.path == str(photos[1])
     assert_panels_match(window, direct_records(window, photos[1], DEFAULT_PAIRS))
 
 
 def test_a_broken_file_leaves_the_previous_results_in_place(window: MainWindow, qtbot, tmp_path: Path) -> None:
-    before_outcome = window.last_outcome
+    before_outcome = window.workspace.last
     before_pictures = {ident: panel.picture for ident, panel in window.panel_area.panels.items()}
-    applied = list(window.applied_generations)
+    applied = list(window.workspace.applied_generations)
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
 
@@ -147,14 +138,14 @@ def test_a_broken_file_leaves_the_previous_results_in_place(window: MainWindow, 
     assert "broken.png" in window.last_error
     assert shown.args == [window.last_error]
     assert "broken.png" in window.statusBar().currentMessage()
-    assert window.last_outcome is before_outcome
-    assert window.applied_generations == applied
+    assert window.workspace.last is before_outcome
+    assert window.workspace.applied_generations == applied
     assert {ident: panel.picture for ident, panel in window.panel_area.panels.items()} == before_pictures
 
     # The next run (here: a new tick) goes back to the image whose results are on screen.
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.tick("layer2.0.conv1", "forward")
-    assert window.last_outcome.image.path == str(sample_image())
+        window.tree_view.click_tick("layer2.0.conv1", "forward")
+    assert window.workspace.last.image.path == str(sample_image())
 
 
 def test_a_dropped_folder_says_so(window: MainWindow, qtbot, tmp_path: Path) -> None:
@@ -168,25 +159,25 @@ def test_a_superseded_run_never_reaches_the_panels(
     window: MainWindow, qtbot, photos, monkeypatch, runs_to_the_end: bool
 ) -> None:
     if runs_to_the_end:  # a run too far along to stop: its outcome does arrive, and must be dropped
-        monkeypatch.setattr(main_window, "execute_run", lambda request, cancelled: execute_run(request, lambda: False))
+        monkeypatch.setattr(scheduler, "execute_run", lambda request, cancelled: execute_run(request, lambda: False))
     returned: list[int] = []
-    window.runner.returned.connect(lambda job, outcome: returned.append(outcome.generation))
+    window.workspace.scheduler.runner.returned.connect(lambda job, outcome: returned.append(outcome.generation))
     finished: list[int] = []
-    window.run_finished.connect(lambda: finished.append(window.applied_generations[-1]))
-    window.open_image(str(photos[0]))
-    qtbot.waitUntil(lambda: window.runner.running_job is not None and window.runner.running_job.label == "run",
+    window.run_finished.connect(lambda: finished.append(window.workspace.applied_generations[-1]))
+    window.open_files([str(photos[0])])
+    qtbot.waitUntil(lambda: window.workspace.scheduler.runner.running_job is not None and window.workspace.scheduler.runner.running_job.label == "run",
                     timeout=RUN_TIMEOUT_MS)
-    first_generation = window.runner.running_job.generation
-    window.open_image(str(photos[1]))  # while the first run is in flight
-    assert window.current_generation > first_generation
+    first_generation = window.workspace.scheduler.runner.running_job.generation
+    window.open_files([str(photos[1])])  # while the first run is in flight
+    assert window.workspace.generation > first_generation
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
     qtbot.wait(200)  # anything the first run might still deliver
-    assert first_generation not in window.applied_generations
-    assert finished == [window.current_generation]
+    assert first_generation not in window.workspace.applied_generations
+    assert finished == [window.workspace.generation]
     if runs_to_the_end:
         assert first_generation in returned  # it did come back, and was dropped
-    assert window.last_outcome.image.path == str(photos[1])
+    assert window.workspace.last.image.path == str(photos[1])
     assert_panels_match(window, direct_records(window, photos[1], DEFAULT_PAIRS))
 
 
@@ -222,14 +213,14 @@ def test_ticking_and_unticking_adds_and_removes_the_hook_on_the_module(window: M
         assert hook_count(window, path, "_forward_pre_hooks") == pre_before
         assert not window.panel_area.panels_of(path, "forward")  # the panel goes with the tick
     assert not any(panel.path == path for panel in window.panel_area.panels.values())
-    assert window.ticked_pairs() == DEFAULT_PAIRS
+    assert window.workspace.ticked_pairs() == DEFAULT_PAIRS
 
 
 def test_gradients_of_a_module_before_an_inplace_relu_use_the_tensor_hook_fallback(window: MainWindow, qtbot) -> None:
     path = "layer2.0.bn1"  # followed by ReLU(inplace=True): a full backward hook would raise
     forward_before = hook_count(window, path, "_forward_hooks")
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.tick(path, "backward")
+        window.tree_view.click_tick(path, "backward")
     assert hook_count(window, path, "_backward_hooks") == 0
     assert hook_count(window, path, "_forward_hooks") == forward_before + 1
     tip = window.tree_model.data(window.tree_model.index_of(path, GRADIENTS), Qt.ItemDataRole.ToolTipRole)
@@ -252,7 +243,7 @@ def test_ticking_many_modules_builds_their_panels_a_few_per_turn(window: MainWin
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.tree_model.set_ticked([(p, "forward") for p in convs], True)
         # the hooks are on at once; the panels come a few per turn of the event loop, so the window answers
-        assert all(window.registry.has(p, "forward") for p in convs)
+        assert all(window.workspace.registry.has(p, "forward") for p in convs)
         built = [p for p in convs if ("forward", p) in window.panel_area.panels]
         assert built == convs[:PANELS_PER_TURN]
         qtbot.waitUntil(lambda: all(("forward", p) in window.panel_area.panels for p in convs), timeout=5_000)
@@ -274,13 +265,13 @@ def test_tick_every_module_of_a_type_in_one_run(window: MainWindow, qtbot) -> No
     qtbot.wait(150)
     assert len(finished) == 1
     for path in convs:
-        assert window.registry.has(path, "forward")
+        assert window.workspace.registry.has(path, "forward")
         assert window.panel_area.panels[("forward", path)].picture is not None
 
 
 def test_filter_keeps_matches_and_their_ancestors(window: MainWindow) -> None:
-    window.filter_box.setText("downsample")
-    proxy = window.proxy
+    window.tree_view.filter_box.setText("downsample")
+    proxy = window.tree_view.proxy
     visible: list[str] = []
 
     def walk(parent) -> None:
@@ -302,11 +293,11 @@ def test_clicking_a_class_makes_it_the_gradient_target(window: MainWindow, qtbot
     chosen = row.index
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(row, Qt.MouseButton.LeftButton)
-    assert window.last_outcome.result.target_index == chosen
+    assert window.workspace.last.result.target_index == chosen
     assert f"class {chosen}" in window.predictions.target_label.text()
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(window.predictions.top1_button, Qt.MouseButton.LeftButton)
-    assert window.last_outcome.result.target_index == window.last_outcome.result.top5[0].index
+    assert window.workspace.last.result.target_index == window.workspace.last.result.top5[0].index
 
 
 def test_clicking_a_tile_opens_the_channel_view(window: MainWindow, qtbot) -> None:
@@ -320,7 +311,7 @@ def test_clicking_a_tile_opens_the_channel_view(window: MainWindow, qtbot) -> No
     assert value == pytest.approx(float(panel.picture.channels.data[5, row, col]))
     viewport_pos = panel._view.mapFromScene(scene)
     qtbot.mouseClick(panel._view.viewport(), Qt.MouseButton.LeftButton, pos=viewport_pos)
-    assert window.channel_dock.isVisible()
+    assert window.dock("channel").isVisible()
     view = window.channel_view
     assert view.channel == 5
     np.testing.assert_array_equal(view.map_item.image, panel.picture.channels.data[5])
@@ -330,13 +321,13 @@ def test_clicking_a_tile_opens_the_channel_view(window: MainWindow, qtbot) -> No
 
 
 def test_switching_model_moves_the_ticks_and_leaves_no_hook_on_the_old_model(window: MainWindow, qtbot) -> None:
-    old = window.loaded.module
+    old = window.workspace.loaded.module
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.set_model("resnet34")
-    assert window.loaded.name == "resnet34"
+        window.workspace.set_model("resnet34")
+    assert window.workspace.loaded.name == "resnet34"
     for module in old.modules():
         assert not module._forward_hooks and not module._backward_hooks and not module._forward_pre_hooks
-    assert window.ticked_pairs() == DEFAULT_PAIRS  # both paths exist in resnet34
+    assert window.workspace.ticked_pairs() == DEFAULT_PAIRS  # both paths exist in resnet34
     assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 1
     assert window.panel_area.panels[("forward", "layer4.1.conv2")].picture.shape == (1, 512, 7, 7)
 
@@ -345,19 +336,19 @@ def test_switching_model_carries_the_interventions_where_their_module_exists(win
     from app.core.interventions import Intervention
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.interventions.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
+        window.workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        off = window.interventions.add_edit(Intervention("scale", "layer4", factor=0.5))
-        window.interventions.set_enabled(off, False)
-    old = window.loaded.module
+        off = window.workspace.add_edit(Intervention("scale", "layer4", factor=0.5))
+        window.workspace.set_edit_enabled(off, False)
+    old = window.workspace.loaded.module
     messages: list[str] = []
     window.statusBar().messageChanged.connect(messages.append)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.set_model("resnet34")
+        window.workspace.set_model("resnet34")
     assert all(not m._forward_hooks for m in old.modules())  # nothing left on the old model
-    edits = [(edit.spec, edit.enabled) for _, edit, _ in window.registry.edits()]
+    edits = [(edit.spec, edit.enabled) for _, edit, _ in window.workspace.registry.edits()]
     assert edits == [("zero:layer1.0.conv1:3", True), ("scale:layer4:0.5", False)]  # on or off as they were
-    assert len(window.loaded.module.get_submodule("layer1.0.conv1")._forward_hooks) == 2  # the tick and the edit
+    assert len(window.workspace.loaded.module.get_submodule("layer1.0.conv1")._forward_hooks) == 2  # the tick and the edit
     shown = window.panel_area.panels[("forward", "layer1.0.conv1")].picture.channels.data
     assert not shown[3].any() and shown[2].any()  # the carried edit acts on the new model's run
     assert any("resnet34 loaded" in m and "2 interventions carried over" in m for m in messages)
@@ -365,19 +356,19 @@ def test_switching_model_carries_the_interventions_where_their_module_exists(win
     assert "2 interventions carried over" in current and "records" in current
     messages.clear()
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.set_model("alexnet")  # no layer1, no layer4
-    assert list(window.registry.edits()) == []
+        window.workspace.set_model("alexnet")  # no layer1, no layer4
+    assert list(window.workspace.registry.edits()) == []
     message = next(m for m in messages if "alexnet loaded" in m)
     assert "0 interventions carried over, dropped: zero:layer1.0.conv1:3" in message and "scale:layer4:0.5" in message
 
 
 def test_closing_during_a_run_leaves_no_worker_and_no_hook(make_window, qtbot) -> None:
     window = make_window()
-    qtbot.waitUntil(lambda: window.runner.running_job is not None and window.runner.running_job.label == "run",
+    qtbot.waitUntil(lambda: window.workspace.scheduler.runner.running_job is not None and window.workspace.scheduler.runner.running_job.label == "run",
                     timeout=RUN_TIMEOUT_MS)
     window.close()
     assert QThreadPool.globalInstance().activeThreadCount() == 0
-    assert window.registry is None or not window.registry.handles()
+    assert window.workspace.registry is None or not window.workspace.registry.handles()
     qtbot.wait(100)  # late signals from the finished worker must not touch the closed window
 
 
@@ -385,25 +376,25 @@ def test_a_panel_pops_out_into_a_dock_keeps_updating_and_goes_back(window: MainW
     panel = window.panel_area.panels[("forward", "layer4.1.conv2")]
     dock = window.panel_area.pop_out(panel)
     assert dock is not None and dock.isFloating() and dock.widget() is panel
-    assert window.panel_area._grid.indexOf(panel) == -1
+    assert not window.panel_area.holds(panel)
     before = panel.picture
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.open_image(str(photos[2]))
+        window.open_files([str(photos[2])])
     assert panel.picture is not before and window.panel_area.panels[("forward", "layer4.1.conv2")] is panel
     dock.close()
     assert panel.ident not in window.panel_area.docks
-    assert window.panel_area._grid.indexOf(panel) >= 0
+    assert window.panel_area.holds(panel)
 
 
 def test_pooled_and_class_outputs_show_as_bar_plots(window: MainWindow, qtbot) -> None:
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.tick("avgpool", "forward")
-        window.tick("fc", "forward")
+        window.tree_view.click_tick("avgpool", "forward")
+        window.tree_view.click_tick("fc", "forward")
     pooled = window.panel_area.panels[("forward", "avgpool")]
     logits = window.panel_area.panels[("forward", "fc")]
     assert pooled.picture.channels.kind == "vector" and pooled.picture.channels.data.shape == (512,)
     assert logits.picture.channels.kind == "vector" and logits.picture.channels.data.shape == (1000,)
-    np.testing.assert_allclose(logits._bars.opts["height"], window.last_outcome.result.scores[0].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(logits._bars.opts["height"], window.workspace.last.result.scores[0].numpy(), rtol=1e-5)
     assert logits._stack.currentWidget() is logits._plot
 
 
@@ -413,40 +404,43 @@ def test_pasting_an_image_from_the_clipboard_runs_it(window: MainWindow, qtbot, 
     QApplication.clipboard().setImage(QImage(str(photos[1])))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.paste_image()
-    assert window.last_outcome.image.name.startswith("clipboard image")
-    assert window.last_outcome.image.path is None
-    expected = window.loaded.preprocess.to_display(window.loaded.preprocess.to_tensor(read_image(photos[1])))
-    np.testing.assert_array_equal(window.last_outcome.input_display, expected)
+    assert window.workspace.last.image.name.startswith("clipboard image")
+    assert window.workspace.last.image.path is None
+    expected = window.workspace.loaded.preprocess.to_display(window.workspace.loaded.preprocess.to_tensor(read_image(photos[1])))
+    np.testing.assert_array_equal(window.workspace.last.input_display, expected)
 
 
 def test_recent_files_remember_opened_images(window: MainWindow, qtbot, photos) -> None:
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.open_image(str(photos[0]))
-    texts = [action.text() for action in window.recent_menu.actions()]
-    assert texts[0] == str(photos[0].resolve()) and str(sample_image()) in texts
+        window.open_files([str(photos[0])])
+    menu = window.menus.actions["file.recent_images"].menu()
+    menu.aboutToShow.emit()
+    texts = [action.text() for action in menu.actions()]
+    assert texts[0] == str(photos[0].resolve())
+    assert str(sample_image()) not in texts  # the bundled sample is never a recent file
 
 
 def test_switching_device_reregisters_the_hooks_and_a_failing_device_keeps_the_results(
     window: MainWindow, qtbot, monkeypatch
 ) -> None:
-    monkeypatch.setattr(main_window, "available_devices", lambda: ["cpu", "cuda:7"])  # offered, not present
+    monkeypatch.setattr(workspace_module, "available_devices", lambda: ["cpu", "cuda:7"])  # offered, not present
     cleared: list[int] = []
-    registry = window.registry
+    registry = window.workspace.registry
     original_clear = registry.clear
     monkeypatch.setattr(registry, "clear", lambda: (cleared.append(len(registry.handles())), original_clear()))
-    before = window.last_outcome
-    window.set_device("cuda:7")
+    before = window.workspace.last
+    window.workspace.set_device("cuda:7")
     assert cleared == [len(DEFAULT_PAIRS)]  # every hook removed first...
-    assert window.ticked_pairs() == DEFAULT_PAIRS  # ...then registered again, on the same live modules
+    assert window.workspace.ticked_pairs() == DEFAULT_PAIRS  # ...then registered again, on the same live modules
     assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 1
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS):
         pass
     assert "cuda:7" in window.last_error
-    assert window.last_outcome is before  # the results on screen stay
+    assert window.workspace.last is before  # the results on screen stay
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass  # the window went back to the CPU (hooks re-registered again) and ran
-    assert window.device_box.currentText() == "cpu" and window.last_outcome.result.device == "cpu"
-    assert cleared == [len(DEFAULT_PAIRS)] * 2 and window.ticked_pairs() == DEFAULT_PAIRS
+    assert window.chooser.device_box.currentText() == "cpu" and window.workspace.last.result.device == "cpu"
+    assert cleared == [len(DEFAULT_PAIRS)] * 2 and window.workspace.ticked_pairs() == DEFAULT_PAIRS
     assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 1
 
 
@@ -459,4 +453,4 @@ def test_a_broken_first_image_falls_back_to_the_sample(make_window, qtbot, tmp_p
     assert "first.jpg" in window.last_error
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    assert window.last_outcome.image.path == str(sample_image())
+    assert window.workspace.last.image.path == str(sample_image())

@@ -86,24 +86,30 @@ class Skipping(nn.Module):
         return self.conv2(self.conv(x))
 
 
-def test_tree_model_ticks_through_the_registry_and_greys_modules_that_did_not_run(qtbot) -> None:
+def test_tree_model_asks_for_ticks_reads_them_from_the_registry_and_greys_modules_that_did_not_run(qtbot) -> None:
     model = Skipping().eval()
     registry = HookRegistry(model)
     tree = ModuleTreeModel()
     tree.set_model(module_tree(model), registry, "toy")
-    announced: list = []
-    tree.hooks_changed.connect(announced.append)
+    asked: list = []
 
+    def apply(pairs, ticked) -> None:  # what the workspace does with the request (a direct connection)
+        asked.append((list(pairs), ticked))
+        for path, kind in pairs:
+            (registry.add if ticked else registry.remove)(path, kind)
+        tree.show_ticks([(path, kind, ticked) for path, kind in pairs])
+
+    tree.tick_requested.connect(apply)
     index = tree.index_of("conv", ACTIVATIONS)
     assert tree.flags(index) & Qt.ItemFlag.ItemIsUserCheckable
     assert tree.setData(index, Qt.CheckState.Checked.value, Qt.ItemDataRole.CheckStateRole)  # an int works too
-    assert len(model.conv._forward_hooks) == 1 and registry.has("conv", "forward")
-    assert announced == [[("conv", "forward", True)]]
-    tree.setData(index, Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)  # ticking twice adds nothing
-    assert len(model.conv._forward_hooks) == 1 and len(announced) == 1
+    assert len(model.conv._forward_hooks) == 1 and registry.has("conv", "forward")  # on when setData returns
+    assert asked == [([("conv", "forward")], True)]
+    tree.setData(index, Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)  # ticking twice asks nothing
+    assert len(model.conv._forward_hooks) == 1 and len(asked) == 1
 
-    changes = tree.set_ticked([(p, "backward") for p in tree.paths_of_type("Conv2d")], True)
-    assert len(changes) == 2 and len(announced) == 2  # one announcement for the batch
+    tree.set_ticked([(p, "backward") for p in tree.paths_of_type("Conv2d")], True)
+    assert len(asked) == 2 and len(asked[1][0]) == 2  # one request for the batch
     assert tree.data(tree.index_of("conv2", GRADIENTS), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
 
     assert tree.data(tree.index_of("unused", NAME), Qt.ItemDataRole.ForegroundRole) is None  # no run yet

@@ -7,4 +7,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-FEATURES: list[tuple[str, Callable]] = []
+from app.ui.features.grad_cam import GradCamFeature
+from app.ui.features.image_b import ImageBFeature
+from app.ui.features.input_settings import InputSettingsFeature
+from app.ui.features.inspector import InspectorFeature
+from app.ui.features.interventions import InterventionsFeature
+from app.ui.features.open_model import ModelFilesFeature
+from app.ui.features.session_files import SessionFilesFeature
+from app.ui.features.weights_download import WeightsDownloadFeature
+from app.ui.features.visualize import VisualizeFeature
+
+FEATURES: list[tuple[str, Callable]] = [
+    ("weights_download", WeightsDownloadFeature),
+    ("sessions", SessionFilesFeature),  # before model files: a dropped session opens as a session
+    ("model_files", ModelFilesFeature),
+    ("input_settings", InputSettingsFeature),
+    ("interventions", InterventionsFeature),
+    ("inspector", InspectorFeature),  # tabbed with the interventions
+    ("grad_cam", GradCamFeature),  # tabbed with the input
+    ("image_b", ImageBFeature),
+    ("visualize", VisualizeFeature),  # tabbed with the input
+]

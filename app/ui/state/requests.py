@@ -20,10 +20,11 @@ from app.core.ab_pictures import Comparison, compare_runs
 from app.core.capture import RunCancelled, RunResult, capture_run
 from app.core.hooks import HookRegistry
 from app.core.images import read_image
-from app.core.models import LoadedModel, load_model
+from app.core.models import LoadedModel
 from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
+from app.core.pipeline import ModelSource, open_model
 from app.core.tree import ModuleInfo, module_tree
-from app.ui.widgets.mosaic_item import with_rendering
+from app.ui.state.rendering import with_rendering
 
 # What the app ticks on a first start, so the first screen already shows feature maps and gradients.
 DEFAULT_CHECKS: dict[str, tuple[str, ...]] = {
@@ -95,7 +96,7 @@ class LoadOutcome:
 def execute_load(request: LoadRequest) -> LoadOutcome:
     """Build the model and its module tree (seconds for big models: never on the GUI thread)."""
     start = time.perf_counter()
-    loaded = load_model(request.name, request.weights, request.seed)
+    loaded = open_model(ModelSource(request.name, request.weights, request.seed))
     nodes = module_tree(loaded.module)
     return LoadOutcome(request.generation, loaded, nodes, (time.perf_counter() - start) * 1000)
 

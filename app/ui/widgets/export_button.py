@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox, QStyle, QToolButton
+from PySide6.QtWidgets import QFileDialog, QMenu, QStyle, QToolButton
 
 from app.core.ab_pictures import diverging_lut
 from app.core.errors import HookscopeError
@@ -49,15 +49,6 @@ def remember_folder(path: str) -> None:
     app_settings().setValue(EXPORT_FOLDER_KEY, os.path.dirname(os.path.abspath(path)))
 
 
-def host_window(panel: FeatureMapPanel) -> QObject | None:
-    """The main window whose panel area holds ``panel`` (also when the panel is popped out into a dock)."""
-    for widget in QApplication.topLevelWidgets():
-        area = getattr(widget, "panel_area", None)
-        if area is not None and any(p is panel for p in area.panels.values()):
-            return widget
-    return None
-
-
 class PanelExporter(QObject):
     """Exports of one panel; ``choose_path`` is the one file question (tests replace it)."""
 
@@ -80,12 +71,9 @@ class PanelExporter(QObject):
         return image
 
     def record(self) -> Record | None:
-        """The record the panel shows, with the raw tensor the hook captured."""
-        window = host_window(self.panel)
-        outcome = getattr(window, "last_outcome", None) if window is not None else None
-        if outcome is None:
-            return None
-        return next((r for r in outcome.result.records if (r.kind, r.key) == (self.panel.kind, self.panel.key)), None)
+        """The record the panel shows, with the raw tensor the hook captured (it travels with the picture)."""
+        picture = self.panel.picture
+        return picture.record if picture is not None else None
 
     def raw_array(self) -> np.ndarray:
         record = self.record() if self.view == "A" else None
@@ -195,13 +183,8 @@ class PanelExporter(QObject):
         self._tell(f"Exported {Path(path).name} to {Path(path).parent}.")
 
     def _tell(self, message: str, error: bool = False) -> None:
-        window = host_window(self.panel)
-        if window is not None and error:
-            window.show_error(message)
-        elif window is not None:
-            window.statusBar().showMessage(message, 6000)
-        elif error:
-            QMessageBox.warning(self.panel, "Hookscope", message)
+        """Through the panel's ``message`` signal: the window shows it in the status bar (or as an error)."""
+        self.panel.message.emit(message, error)
 
 
 def apply_gray(image: np.ndarray) -> np.ndarray:

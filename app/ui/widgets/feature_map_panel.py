@@ -33,16 +33,11 @@ from superqt import QElidingLabel
 
 from app.core.pictures import KIND_LABELS, VIEWS, PanelPicture, PanelSettings, shape_text
 from app.core.resources import COLORMAPS, colormap_lut
+from app.ui.state.rendering import rendered_for
 from app.ui.theme import KIND_COLORS
 from app.ui.widgets.export_button import export_button
 from app.ui.widgets.legend import ColorLegend, legend_of
-from app.ui.widgets.mosaic_item import (
-    MosaicItem,
-    MosaicViewBox,
-    ScrollingLayoutWidget,
-    ScrollingPlotWidget,
-    rendered_for,
-)
+from app.ui.widgets.mosaic_item import MosaicItem, MosaicViewBox, ScrollingLayoutWidget, ScrollingPlotWidget
 
 MESSAGE, MAPS, BARS = range(3)
 MIN_PANEL_WIDTH = 240  # the least width a panel is laid out at: its plot keeps at least 200 px
@@ -133,6 +128,7 @@ class FeatureMapPanel(QFrame):
     """What one hook saw in the last run, for one record (module, call, leaf) and one hook kind."""
 
     close_requested = Signal(str, str)  # path, kind: the window unticks the pair
+    message = Signal(str, bool)  # something to tell the user (an export written or failed), and whether an error
     float_requested = Signal(object)  # the panel: pop it out of the grid into a dock of its own
     channel_clicked = Signal(object, int)  # the picture, the channel index
     settings_changed = Signal(str, str, object)  # path, kind, PanelSettings

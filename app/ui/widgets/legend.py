@@ -14,8 +14,8 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.core.pictures import PanelPicture
+from app.ui.state.rendering import DIFF_LUT, color_table, lut_of
 from app.ui.theme import BORDER, MUTED, TEXT
-from app.ui.widgets.mosaic_item import DIFF_LUT, color_table, lut_of
 
 BAR_WIDTH = 56  # px of the gradient bar
 GAP = 4

@@ -170,6 +170,7 @@ class PanelArea(QScrollArea):
     channel_clicked = Signal(object, int)
     channel_menu_requested = Signal(object, int, object)  # picture, channel, global QPoint (a tile right-clicked)
     settings_changed = Signal(str, str, object)
+    message = Signal(str, bool)  # a panel's message for the user (exports), and whether it is an error
 
     def __init__(
         self, order_of: Callable[[str], int], host: QMainWindow | None = None, parent: QWidget | None = None
@@ -329,6 +330,7 @@ class PanelArea(QScrollArea):
         panel = FeatureMapPanel(path, kind, key, settings)
         panel.close_requested.connect(self.close_requested)
         panel.channel_clicked.connect(self.channel_clicked)
+        panel.message.connect(self.message)
         panel.channel_menu_requested.connect(self.channel_menu_requested)
         panel.settings_changed.connect(self._on_settings_changed)
         panel.float_requested.connect(self.pop_out)

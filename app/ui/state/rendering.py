@@ -1,0 +1,98 @@
+"""A mosaic through its colormap as a ready-to-paint ``QImage``, made in the worker (``QImage`` is reentrant, so this
+is safe off the GUI thread): the GUI thread then only paints. ``widgets/mosaic_item.py`` paints it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+from PySide6.QtGui import QImage
+
+from app.core.ab_pictures import diverging_lut
+from app.core.pictures import Arrangement, PanelPicture
+from app.core.resources import colormap_lut
+
+DIFF_LUT = "diff"  # the signed A − B views' lookup table (``diverging_lut``); every other key is a colormap name
+
+
+@dataclass(frozen=True, eq=False)
+class RenderedMosaic:
+    """An arrangement's mosaic through lookup table ``lut`` as an RGB32 ``QImage``: the whole mosaic, or a copy
+    scaled down to the size it is shown at (``is_full`` tells)."""
+
+    arrangement: Arrangement
+    lut: str
+    qimage: QImage
+    is_full: bool
+
+    def matches(self, arrangement: Arrangement, lut: str) -> bool:
+        return self.arrangement is arrangement and self.lut == lut
+
+
+@cache
+def color_table(lut: str) -> tuple[int, ...]:
+    """The 256 ARGB values of a lookup table, as ``QImage.setColorTable`` takes them (built once per table)."""
+    rgb = (diverging_lut() if lut == DIFF_LUT else colormap_lut(lut)).astype(np.uint32)
+    return tuple(int(v) for v in (0xFF000000 | (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]))
+
+
+def fitted_size(width: int, height: int, fit: tuple[int, int] | None) -> tuple[int, int]:
+    """The size a ``width`` x ``height`` mosaic is shown at inside ``fit`` (aspect kept, never enlarged)."""
+    if fit is None or fit[0] <= 0 or fit[1] <= 0:
+        return width, height
+    scale = min(1.0, fit[0] / width, fit[1] / height)
+    return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+
+
+def colour(source: np.ndarray, lut: str) -> QImage:
+    """A uint8 (H, W) image through a lookup table as RGB32: Qt's own indexed-to-RGB32 conversion (about 0.4 ns
+    a pixel here)."""
+    image = np.ascontiguousarray(source, dtype=np.uint8)
+    h, w = image.shape
+    indexed = QImage(image.data, w, h, image.strides[0], QImage.Format.Format_Indexed8)
+    indexed.setColorTable(list(color_table(lut)))
+    # convertToFormat makes an image that owns its pixels: nothing points into ``image`` afterwards.
+    return indexed.convertToFormat(QImage.Format.Format_RGB32)
+
+
+def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | None = None) -> RenderedMosaic:
+    """Colour an arrangement's mosaic at the size ``fit`` (device pixels) shows it, or whole without ``fit``.
+
+    Scaled down, it draws only every step-th pixel of each tile (step: how many mosaic pixels a shown pixel
+    spans, rounded down), so the work follows the pixels on screen, not the size of the layer."""
+    height, width = arrangement.size
+    shown = fitted_size(width, height, fit)
+    step = max(1, min(width // shown[0], height // shown[1]))
+    # Not scaled to ``shown`` here: the sampled mosaic is at most about twice that size, and painting an RGB32
+    # image scaled down costs less than scaling it first (measured: 0.07 ms against 0.15 ms a panel).
+    qimage = colour(arrangement.sampled(step), lut)
+    return RenderedMosaic(arrangement, lut, qimage, (qimage.height(), qimage.width()) == (height, width))
+
+
+def lut_of(picture: PanelPicture) -> str:
+    """The lookup table a picture is drawn with: the diverging one for an A − B view, else its colormap."""
+    return DIFF_LUT if getattr(picture, "view", "A") == "diff" else picture.settings.colormap
+
+
+def rendered_for(picture: PanelPicture, fit: tuple[int, int] | None = None) -> RenderedMosaic:
+    """The picture's mosaic ready to paint: the worker's rendering when it still fits (same arrangement, same
+    colormap), else made now, at the size ``fit`` shows it (a settings change: on the GUI thread, so "apply to
+    every panel" must not colour every mosaic whole)."""
+    lut = lut_of(picture)
+    if isinstance(picture.rendered, RenderedMosaic) and picture.rendered.matches(picture.arrangement, lut):
+        return picture.rendered
+    return render_mosaic(picture.arrangement, lut, fit)
+
+
+def with_rendering(picture: PanelPicture, fit: tuple[int, int] | None = None) -> PanelPicture:
+    """The picture with its mosaic coloured at the size ``fit`` shows it, for the worker to call so that the GUI
+    thread only paints."""
+    height, width = picture.arrangement.size
+    if picture.flat or not (height and width):
+        return picture
+    return replace(picture, rendered=render_mosaic(picture.arrangement, lut_of(picture), fit))
+
+
+# ---- the wheel: scroll the page of panels, Ctrl+wheel zooms ------------------------------------------------------
