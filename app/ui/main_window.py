@@ -402,14 +402,15 @@ class MainWindow(QMainWindow):
         self.chooser.show_weights(self.workspace.weights, getattr(loaded, "weights_text", "") if loaded else "")
 
     def _update_title(self) -> None:
-        """"Hookscope — model — image": the application's name once (Qt adds nothing when the title is set)."""
+        """"model — image — Hookscope": the application's name once, last. Qt appends the application's display
+        name to a title that does not already end with it, which is how the name once appeared twice."""
         space = self.workspace
         parts = []
         if space.loaded is not None:
             parts.append(space.loaded.name + ("" if space.loaded.pretrained else " (untrained)"))
         if space.image is not None:
             parts.append(space.image.name)
-        self.setWindowTitle(" — ".join(["Hookscope", *parts]))
+        self.setWindowTitle(" — ".join([*parts, "Hookscope"]))
 
     # ============================================================================================ images ====
     def paste_image(self) -> None:

@@ -1,0 +1,67 @@
+"""The shell's small promises: a title with one "Hookscope", menu items with words, boxes that say what is in use."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu
+
+from app.core.devices import unavailable_devices
+from app.core.models import default_weights_file
+from app.core.resources import sample_image
+from app.ui.actions.builtin import image_folder
+
+
+def all_actions(menu: QMenu) -> list[QAction]:
+    found = []
+    for action in menu.actions():
+        if action.isSeparator():
+            continue
+        found.append(action)
+        if action.menu() is not None:
+            found += all_actions(action.menu())
+    return found
+
+
+def test_the_title_names_the_app_once_last(window) -> None:
+    title = window.windowTitle()
+    assert title.count("Hookscope") == 1 and title.endswith("Hookscope")
+    assert "resnet18" in title and "chelsea.png" in title
+
+
+def test_every_menu_item_has_words_and_its_shortcut(window) -> None:
+    actions = [a for menu in window.menus._menus.values() for a in all_actions(menu)]
+    assert len(actions) > 30
+    for action in actions:
+        text = action.text().replace("&", "")
+        assert any(ch.isalpha() for ch in text), f"a menu item without words: {text!r}"
+        if not action.shortcut().isEmpty():
+            assert action.shortcut().toString() in action.toolTip() or action.menu() is not None
+    ids = window.menus.actions
+    assert ids["file.previous_image"].text() == "◀ Previous image"
+    assert ids["file.previous_image"].shortcut().toString() == "PgUp"
+
+
+def test_the_device_box_says_why_cuda_and_mps_are_not_offered(window) -> None:
+    tip = window.chooser.device_box.toolTip()
+    for reason in unavailable_devices().values():
+        assert reason in tip
+
+
+def test_the_weights_box_says_what_is_in_use(make_window, qtbot) -> None:
+    window = make_window(weights="default")
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        pass
+    text = window.chooser.weights_box.currentText()
+    if default_weights_file("resnet18").is_file():
+        assert text.startswith("Pretrained")
+    else:
+        assert text == "Random weights (seed 0)"  # the pretrained file is missing: say what runs
+
+
+def test_the_open_dialog_never_starts_inside_the_installation() -> None:
+    start = image_folder(remembers=False)
+    assert os.path.isdir(start)
+    assert not os.path.abspath(sample_image()).startswith(os.path.abspath(start) + os.sep + "app")
+    assert os.path.dirname(os.path.abspath(sample_image())) != os.path.abspath(start)
