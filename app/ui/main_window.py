@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
 
 from app.core.compare import prediction_changes
 from app.core.devices import available_devices, unavailable_devices
-from app.core.images import Preprocess
 from app.core.models import DEFAULT_MODEL, catalogue
 from app.core.pictures import KIND_LABELS, PanelPicture
 from app.core.resources import sample_image
@@ -56,15 +55,6 @@ from app.ui.widgets.predictions import PredictionsPanel
 AREAS = {"left": Qt.DockWidgetArea.LeftDockWidgetArea, "right": Qt.DockWidgetArea.RightDockWidgetArea,
          "bottom": Qt.DockWidgetArea.BottomDockWidgetArea}
 TICK_KINDS = ("forward", "pre", "backward")
-
-
-def describe_preprocess(preprocess: Preprocess | None) -> str:
-    """What the model is fed, in one line under the input image."""
-    if preprocess is None:
-        return ""
-    resize = f"resize {preprocess.resize}, " if preprocess.resize else ""
-    return (f"{resize}center crop {preprocess.crop}, {preprocess.interpolation}, "
-            f"normalised (mean {', '.join(f'{m:.3f}' for m in preprocess.mean)})")
 
 
 def qimage_to_pil(image: QImage) -> Image.Image:
@@ -157,8 +147,10 @@ class MainWindow(QMainWindow):
         self.add_dock(DockSpec("predictions", "Predictions", "right", below="input"), self.predictions)
         self.channel_view = ChannelView()
         self.add_dock(DockSpec("channel", "Channel", "bottom", visible=False, scroll=False), self.channel_view)
-        # The tree keeps the full height on the left; the channel view spans the panels and the right column.
+        # The side columns keep their full height; the channel view opens under the panels only, so opening it
+        # takes height from the panels (which scroll) and never squeezes the input or the predictions.
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
 
     def _build_toolbar_and_menus(self) -> None:
         space = self.workspace
@@ -311,9 +303,7 @@ class MainWindow(QMainWindow):
         self.panel_area.show_results(outcome.pictures, space.ticked_pairs(), space.missing_reason,
                                      space.settings_for,
                                      views=outcome.comparison.views if outcome.comparison is not None else None)
-        preprocess = space.loaded.preprocess if space.loaded else None
-        self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name,
-                                    describe_preprocess(preprocess))
+        self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name)
         target_text = result.target
         categories = space.loaded.categories if space.loaded else None
         if result.target_index is not None and categories:
@@ -356,7 +346,7 @@ class MainWindow(QMainWindow):
         if not self._channel_dock_sized and not dock.isFloating():
             # The channel view takes height from the panels, never from the right column's docks.
             self._channel_dock_sized = True
-            self.resizeDocks([dock], [max(260, self.height() // 3)], Qt.Orientation.Vertical)
+            self.resizeDocks([dock], [min(max(240, self.height() // 3), 420)], Qt.Orientation.Vertical)
 
     def _module_menu(self, path: str, position: QPoint) -> None:
         menu = QMenu(self)

@@ -8,7 +8,7 @@ model until another model loads, and the image runs again.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.core.images import Preprocess
 from app.core.model_inputs import describe_requirements, first_conv_channels
@@ -40,10 +40,16 @@ class InputSettingsFeature:
         self.button.setEnabled(False)
         self.row = QWidget()
         self.row.setObjectName("inputRequirements")
-        layout = QHBoxLayout(self.row)
+        # The sentence over the whole width (a narrow dock wraps it), the button under it: side by side, a 240 px
+        # dock left the sentence a column one word wide.
+        layout = QVBoxLayout(self.row)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.requirements, 1)
-        layout.addWidget(self.button)
+        layout.setSpacing(2)
+        layout.addWidget(self.requirements)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.button)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
         host.add_input_row(self.row)
         workspace.model_changed.connect(self._on_model_changed)
         workspace.preprocess_changed.connect(self._on_preprocess_changed)

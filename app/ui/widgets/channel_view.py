@@ -82,12 +82,17 @@ class ChannelView(QWidget):
             form.addRow(key, label)
         stats = QWidget()
         stats.setLayout(form)
-        stats.setMinimumWidth(180)
+        stats.setMinimumWidth(150)
+        # The map shares its view with the histogram (about 110 px): a minimum keeps the map itself visible when
+        # the dock is narrow (the panel area of a 1024 px window), instead of the histogram taking it all.
+        self._map_view.setMinimumWidth(230)
+        overlay_widget_min = 110
 
         body = QHBoxLayout()
         body.addWidget(self._map_view, 3)
         overlay_widget = QWidget()
         overlay_widget.setLayout(overlay)
+        overlay_widget.setMinimumWidth(overlay_widget_min)
         body.addWidget(overlay_widget, 2)
         body.addWidget(stats, 0)
         layout = QVBoxLayout(self)

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -24,6 +24,20 @@ from superqt import QElidingLabel
 from app.core.resources import colormap_lut
 
 
+class SquareView(pg.GraphicsLayoutWidget):
+    """The input image's view asks for a square as wide as the dock (pyqtgraph asks for 640x480): in a short dock
+    that scrolls, the image then sits at the top instead of in the middle of a tall empty view."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(240, 240)
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        return width
+
+
 class InputPanel(QWidget):
     image_selected = Signal(int)  # row in the image list
     step_requested = Signal(int)  # -1 previous, +1 next
@@ -32,10 +46,9 @@ class InputPanel(QWidget):
         super().__init__(parent)
         self.name = QElidingLabel("No image yet")
         self.name.setObjectName("panelTitle")
-        # One elided line each (full text in the tooltip): wrapped labels in a short dock paint over their neighbours.
-        self.description = QElidingLabel("")
-        self.description.setObjectName("muted")
-        self.view = pg.GraphicsLayoutWidget()
+        # The name on one elided line (full text in the tooltip). What the model is fed is the input settings'
+        # row, added under this panel by that feature.
+        self.view = SquareView()
         self.view.setMinimumSize(120, 120)
         self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self._box = self.view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
@@ -79,10 +92,9 @@ class InputPanel(QWidget):
         layout.addWidget(self.name)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.saliency_box)
-        layout.addWidget(self.description)
         layout.addWidget(self._list_box)
 
-    def show_input(self, rgb: np.ndarray, saliency: np.ndarray | None, name: str, description: str) -> None:
+    def show_input(self, rgb: np.ndarray, saliency: np.ndarray | None, name: str) -> None:
         shape_changed = self.image_item.image is None or self.image_item.image.shape != rgb.shape
         self.image_item.setImage(rgb, autoLevels=False, levels=(0, 255))
         if saliency is not None:
@@ -92,8 +104,6 @@ class InputPanel(QWidget):
         self.saliency_box.setEnabled(saliency is not None)
         self.name.setText(name)
         self.name.setToolTip(name)
-        self.description.setText(description)
-        self.description.setToolTip(description)
         if shape_changed:
             self._box.autoRange(padding=0.01)
 
