@@ -149,7 +149,7 @@ def take_screenshot(
     if image is not None:
         read_image(image)  # a clear one-line error now, not a timeout later
     application(offscreen=_no_display())
-    window = MainWindow(name, weights, device, image, checks=check, remember=False, check_kinds=ticks)
+    window = make_window(name, weights, device, image, checks=check, remember=False, check_kinds=ticks)
     window.show_dialogs = False
     window.resize(*size)
     window.show()

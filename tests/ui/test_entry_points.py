@@ -39,3 +39,29 @@ def test_self_test_passes_and_writes_its_report(tmp_path: Path, qapp, monkeypatc
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("hookscope self-test: ok")
     assert report.read_text().strip() == line
+
+
+def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, monkeypatch) -> None:
+    from app.ui import app as app_module
+
+    seen: dict = {}
+    original = app_module.make_window
+
+    def spy(*args, **options):  # the real window; remember what it ticked
+        window = original(*args, **options)
+        window.run_finished.connect(lambda: seen.setdefault("pairs", window.workspace.ticked_pairs()))
+        return window
+
+    monkeypatch.setattr(app_module, "make_window", spy)
+    out = tmp_path / "small.png"
+    assert run_gui(None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False, size="1024x700",
+                   ticks="in,grad") == 0
+    image = QImage(str(out))
+    assert (image.width(), image.height()) == (1024, 700)
+    assert seen["pairs"] == {("layer2.0.conv1", "pre"), ("layer2.0.conv1", "backward")}
+
+
+@pytest.mark.parametrize("size, ticks", [("1024", None), ("10x10", None), (None, "act,weights")])
+def test_a_bad_size_or_ticks_is_one_clear_error(tmp_path: Path, qapp, size, ticks) -> None:
+    with pytest.raises(HookscopeError, match="--size|--ticks"):
+        run_gui(None, None, "none", "cpu", str(tmp_path / "x.png"), None, False, size=size, ticks=ticks)
