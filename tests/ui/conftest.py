@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import http.server
+import io
 import os
+import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (tests/conftest.py does it too)
 
@@ -11,10 +15,13 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import torch  # noqa: E402,F401  (torch before Qt, as in the app)
+import torch  # noqa: E402
+import torchvision  # noqa: E402,F401  (torch before Qt, as in the app)
+import weights_server  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool  # noqa: E402
 
+from app.core.weights import WEIGHTS_URL_ENV  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
 from app.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
 
@@ -100,3 +107,42 @@ def host(qtbot):
     fake = FakeHost()
     qtbot.addWidget(fake.parent)
     return fake
+
+
+# ---- a real HTTP server on 127.0.0.1 for weight downloads (tests/ui/weights_server.py) ---------------------------
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), weights_server.WeightsHandler)
+    httpd.files = {}
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def hub(tmp_path):
+    previous = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path / "hub"))
+    yield tmp_path / "hub" / "checkpoints"
+    torch.hub.set_dir(previous)
+
+
+@pytest.fixture
+def served(server, hub, monkeypatch):
+    """SMALL's default weights address renamed to the hash of a state_dict made here (seed 4), on the server."""
+    torch.manual_seed(4)
+    buffer = io.BytesIO()
+    torch.save(torchvision.models.get_model(weights_server.SMALL, weights=None).state_dict(), buffer)
+    body = buffer.getvalue()
+    name = f"{weights_server.SMALL}-{hashlib.sha256(body).hexdigest()[:8]}.pth"
+    weights = torchvision.models.get_model_weights(weights_server.SMALL).DEFAULT
+    monkeypatch.setattr(weights.value, "url", f"https://download.pytorch.org/models/{name}")
+    monkeypatch.setenv(WEIGHTS_URL_ENV, server.base + "/mirror/")
+    server.files[f"/mirror/{name}"] = ("good", body)
+    return name, body

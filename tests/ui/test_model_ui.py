@@ -8,12 +8,7 @@ tests/ui/test_model_files_feature.py, test_weights_download_feature.py and test_
 
 from __future__ import annotations
 
-import hashlib
-import http.server
-import io
 import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +18,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 from torch import nn
+from weights_server import SMALL, _files
 
 from app.core import models as core_models
 from app.core.model_inputs import custom_preprocess
@@ -33,7 +29,6 @@ from app.ui.features.weights_download import WeightsDownloadFeature
 from app.ui.main_window import MainWindow
 
 RUN_TIMEOUT_MS = 120_000
-SMALL = "squeezenet1_1"  # a catalogue model with small (5 MB) weights
 
 
 def drop_files(window: MainWindow, paths: list[Path]) -> None:
@@ -240,79 +235,6 @@ def test_input_settings_change_what_the_model_is_fed(window, qtbot, monkeypatch)
 
 
 # ---- downloading pretrained weights -------------------------------------------------------------------------
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """``server.files[path] = (behaviour, body)``: "good" sends it at once, "drip" in 16 kB pieces until the
-    client goes away."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        entry = self.server.files.get(self.path)
-        if entry is None:
-            self.send_error(404, "Not Found")
-            return
-        behaviour, body = entry
-        self.send_response(200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        try:
-            if behaviour == "good":
-                self.wfile.write(body)
-            else:
-                for start in range(0, len(body), 16_384):
-                    self.wfile.write(body[start : start + 16_384])
-                    self.wfile.flush()
-                    time.sleep(0.01)
-        except OSError:  # the client cancelled
-            pass
-        self.close_connection = True
-
-
-@pytest.fixture
-def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.files = {}
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture
-def hub(tmp_path):
-    previous = torch.hub.get_dir()
-    torch.hub.set_dir(str(tmp_path / "hub"))
-    yield tmp_path / "hub" / "checkpoints"
-    torch.hub.set_dir(previous)
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-
-
-@pytest.fixture
-def served(server, hub, monkeypatch):
-    """SMALL's default weights address renamed to the hash of a state_dict made here (seed 4), on the server."""
-    torch.manual_seed(4)
-    buffer = io.BytesIO()
-    torch.save(torchvision.models.get_model(SMALL, weights=None).state_dict(), buffer)
-    body = buffer.getvalue()
-    name = f"{SMALL}-{hashlib.sha256(body).hexdigest()[:8]}.pth"
-    weights = torchvision.models.get_model_weights(SMALL).DEFAULT
-    monkeypatch.setattr(weights.value, "url", f"https://download.pytorch.org/models/{name}")
-    monkeypatch.setenv(WEIGHTS_URL_ENV, server.base + "/mirror/")
-    server.files[f"/mirror/{name}"] = ("good", body)
-    return name, body
 
 
 def _untrained_window(make_window, qtbot) -> MainWindow:
