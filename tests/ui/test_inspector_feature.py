@@ -112,3 +112,20 @@ def test_remove_one_unticks_it_and_remove_all_leaves_no_hook(inspector, workspac
     assert workspace.registry.edits() == []
     assert inspector.count_label.text() == "0 live hooks" and inspector.table.rowCount() == 0
     assert not inspector.remove_all_button.isEnabled() and not inspector.copy_all_button.isEnabled()
+
+
+def test_a_features_own_hook_is_listed_while_it_lives(workspace, host) -> None:
+    from app.core.hooks import FORWARD, HookInfo
+    from app.ui.features.inspector import InspectorFeature
+
+    inspector = InspectorFeature(workspace, host)
+    before = inspector.count
+    info = HookInfo("layer2.0.conv1", "forward", FORWARD, label="Visualize channel 3",
+                    note="Feature visualization: removed when it ends.")
+    workspace.add_external_hook(info)
+    assert inspector.count == before + 1
+    assert any(row is info for row in inspector.infos)
+    assert inspector.select(info)
+    assert "Visualize channel 3" in inspector.code.toPlainText()
+    workspace.remove_external_hook(info)
+    assert inspector.count == before and all(row is not info for row in inspector.infos)

@@ -140,6 +140,7 @@ class InspectorFeature:
         workspace.hooks_changed.connect(self._on_hooks_changed)
         workspace.model_changed.connect(self._on_model_changed)
         workspace.run_applied.connect(self._on_run_applied)
+        workspace.external_hooks_changed.connect(self._on_external_hooks_changed)
         self.refresh()
 
     # ---- the workspace's signals ------------------------------------------------------------------------------
@@ -152,15 +153,22 @@ class InspectorFeature:
     def _on_run_applied(self, _outcome: object = None) -> None:
         self.refresh()  # a run's survey may switch a hook to its fallback
 
+    def _on_external_hooks_changed(self, _infos: object = None) -> None:
+        self.refresh()  # a feature's own hook (a feature visualization's) came or went
+
     # ---- the table ----------------------------------------------------------------------------------------
     @property
     def count(self) -> int:
         registry = self.workspace.registry
-        return registry.handle_count() if registry is not None else 0
+        return (registry.handle_count() if registry is not None else 0) + len(self.workspace.external_hooks)
+
+    def is_external(self, info: HookInfo) -> bool:
+        """A hook a feature holds on the model outside the registry (listed while it lives, removed by it)."""
+        return any(info is external for external in self.workspace.external_hooks)
 
     def refresh(self) -> None:
         registry = self.workspace.registry
-        infos = registry.live_hooks() if registry is not None else []
+        infos = (registry.live_hooks() if registry is not None else []) + list(self.workspace.external_hooks)
         count = self.count
         shown = (id(registry), count, infos)
         if shown == self._shown:
@@ -182,13 +190,14 @@ class InspectorFeature:
                 item = QTableWidgetItem(text)
                 item.setToolTip(text if column != NOTE else note)
                 self.table.setItem(row, column, item)
-            remove = QToolButton()
-            remove.setObjectName("closePanel")
-            remove.setText("✕")
-            remove.setToolTip("Remove this hook (an untick for a tick, the intervention for an edit)")
-            # Later, not inside the click: removing refreshes the table, and with it this button.
-            remove.clicked.connect(lambda *_, i=info: QTimer.singleShot(0, lambda: self.remove_hook(i)))
-            self.table.setCellWidget(row, REMOVE, remove)
+            if not self.is_external(info):  # a feature's own hook: its feature removes it when its work ends
+                remove = QToolButton()
+                remove.setObjectName("closePanel")
+                remove.setText("✕")
+                remove.setToolTip("Remove this hook (an untick for a tick, the intervention for an edit)")
+                # Later, not inside the click: removing refreshes the table, and with it this button.
+                remove.clicked.connect(lambda *_, i=info: QTimer.singleShot(0, lambda: self.remove_hook(i)))
+                self.table.setCellWidget(row, REMOVE, remove)
             if keep is not None and hook_identity(info) == keep:
                 row_to_select = row
         self.table.blockSignals(False)
@@ -222,7 +231,8 @@ class InspectorFeature:
             self.note.setVisible(False)
             return
         try:
-            text = snippet_for(registry, info)
+            text = (f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
+                    "# runs it and removed when it ends." if self.is_external(info) else snippet_for(registry, info))
         except Exception as error:  # noqa: BLE001  (an edit removed meanwhile: the next refresh follows)
             text = f"# No code for this hook: {error}"
         self.code.setPlainText(text)
