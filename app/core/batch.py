@@ -18,11 +18,11 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -153,6 +153,41 @@ def _fingerprint(loaded: LoadedModel, registry: HookRegistry, target: Target, ki
     }
 
 
+Item = TypeVar("Item")
+Read = TypeVar("Read")
+
+
+def read_ahead(
+    items: Iterable[Item], read: Callable[[Item], Read], depth: int = READ_AHEAD, name: str = "hookscope-read"
+) -> Iterator[tuple[Item, Future[Read]]]:
+    """``(item, future of read(item))`` in order, with ``depth`` reads running ahead in one thread while the caller
+    works on the current one. A read's error comes out of its future, so the caller decides what it skips. Use it
+    inside ``contextlib.closing`` (or ``close()`` it): stopping early then cancels the reads not started and waits
+    for the running one. Batch export and the dataset scan (``app.core.scan``) both read this way."""
+    reader = ThreadPoolExecutor(1, thread_name_prefix=name)
+    reads: deque[tuple[Item, Future[Read]]] = deque()
+    queue = iter(items)
+    end = object()
+    try:
+
+        def read_more() -> None:
+            while len(reads) < depth:
+                item = next(queue, end)
+                if item is end:
+                    return
+                reads.append((item, reader.submit(read, item)))  # type: ignore[arg-type]
+
+        read_more()
+        while reads:
+            item, future = reads.popleft()
+            read_more()
+            yield item, future
+    finally:
+        for _, future in reads:
+            future.cancel()
+        reader.shutdown(wait=True, cancel_futures=True)
+
+
 def _read_done(folder: Path) -> dict | None:
     try:
         return json.loads((folder / DONE_FILE).read_text(encoding="utf-8"))
@@ -160,7 +195,8 @@ def _read_done(folder: Path) -> dict | None:
         return None
 
 
-def _write_json_atomically(data: Any, path: Path) -> None:
+def write_json_atomically(data: Any, path: Path) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file: a reader never sees half a file."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -213,7 +249,7 @@ def _finish_image(
             "top5": [{"index": p.index, "label": p.label, "probability": p.probability} for p in result.top5],
             "means": record_means(result),
         }
-        _write_json_atomically(done, folder / DONE_FILE)
+        write_json_atomically(done, folder / DONE_FILE)
         return done
     except OSError as error:
         raise HookscopeError(
@@ -301,26 +337,13 @@ def run_batch(
             results[index] = future.result()
             finished_now.append(index)
 
-    reader = ThreadPoolExecutor(1, thread_name_prefix="hookscope-batch-read")
     writer = ThreadPoolExecutor(1, thread_name_prefix="hookscope-batch-write")
-    reads: deque[tuple[int, Future]] = deque()
-    queue = iter(todo)
+    reads = read_ahead(todo, lambda i: _read_input(paths[i], loaded), READ_AHEAD, "hookscope-batch-read")
     try:
-
-        def read_more() -> None:
-            while len(reads) < READ_AHEAD:
-                index = next(queue, None)
-                if index is None:
-                    return
-                reads.append((index, reader.submit(_read_input, paths[index], loaded)))
-
-        read_more()
-        while reads:
+        for index, future in reads:
             if cancelled is not None and cancelled():
                 report.cancelled = True
                 break
-            index, future = reads.popleft()
-            read_more()
             try:
                 x = future.result()
             except ImageError as error:
@@ -345,9 +368,7 @@ def run_batch(
             tell(index, "done")
         collect(block=True)
     finally:
-        for _, future in reads:
-            future.cancel()
-        reader.shutdown(wait=True, cancel_futures=True)
+        reads.close()  # cancels the reads not started, waits for the running one
         # Results already computed are written even when the batch stops: a resume then need not redo them.
         writer.shutdown(wait=True)
         for index, future in list(pending_writes):
