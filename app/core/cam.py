@@ -31,10 +31,12 @@ def _maps(values: np.ndarray | torch.Tensor, what: str) -> np.ndarray:
 def grad_cam(
     activation: np.ndarray | torch.Tensor, gradient: np.ndarray | torch.Tensor, size: tuple[int, int]
 ) -> np.ndarray:
-    """The Grad-CAM map, float32 (H', W') = ``size``, in [0, 1] (an all-zero map stays zero).
+    """The Grad-CAM map, float32 (H', W') = ``size``, scaled to [0, 1]: its minimum to 0, its maximum to 1.
 
     ``activation`` and ``gradient`` are (C, H, W) or (1, C, H, W): a module's output and the gradient of the
-    target with respect to it.
+    target with respect to it. The min-max scaling is pytorch-grad-cam's (``scale_cam_image``), done here after
+    the upsampling so that the map shown really spans 0 to 1. A flat map (all zero after the ReLU, or the same
+    everywhere) has nothing to point at and comes back all zero, as there.
     """
     act = _maps(activation, "activation")
     grad = _maps(gradient, "gradient")
@@ -45,9 +47,8 @@ def grad_cam(
     up = F.interpolate(torch.from_numpy(cam)[None, None], size=tuple(size), mode="bilinear", align_corners=False)
     result = up[0, 0].numpy().astype(np.float32)
     result = np.nan_to_num(result, nan=0.0, posinf=0.0, neginf=0.0)
-    top = float(result.max()) if result.size else 0.0
-    if top > 0:
-        result = result / top
+    low, high = (float(result.min()), float(result.max())) if result.size else (0.0, 0.0)
+    result = (result - low) / (high - low) if high > low else np.zeros_like(result)
     return np.ascontiguousarray(np.clip(result, 0.0, 1.0), dtype=np.float32)
 
 

@@ -51,22 +51,55 @@ class RunResult:
 
 
 def class_scores(output: object) -> torch.Tensor | None:
-    """The (1, K) logits, when the model's output is class scores."""
-    if isinstance(output, torch.Tensor) and output.ndim == 2 and output.shape[0] == 1 and output.shape[1] > 1:
-        return output
+    """The (1, K) class scores (logits) in a model's output, or None when it holds none.
+
+    Looked for where models really put them: the output itself; a ``logits`` attribute or key (transformers'
+    ``ModelOutput``, dicts, dataclasses); the first element of a tuple or list (``return_dict=False``,
+    torchvision's ``InceptionOutputs``, ``(logits, extras)``). K must be above 1: one number is no choice of class.
+    """
+    if _is_scores(output):
+        return output  # type: ignore[return-value]
+    logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
+    if _is_scores(logits):
+        return logits
+    if isinstance(output, (tuple, list)) and output and _is_scores(output[0]):
+        return output[0]
     return None
+
+
+def _is_scores(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape[0] == 1 and value.shape[1] > 1
+
+
+def class_ranking(scores: torch.Tensor) -> torch.Tensor:
+    """The class indices of (1, K) ``scores``, best first: the one ranking that the predictions, the "top1"
+    gradient target, the CLI and the manifest all use.
+
+    By logit, highest first (softmax keeps that order, but an untrained model's probabilities tie in float32 where
+    its logits still differ); equal logits by the lowest index; NaN last. Ranked in float64 on the CPU, so the
+    order is the same on every device.
+    """
+    row = scores.detach()[0].to("cpu", torch.float64)
+    row = torch.nan_to_num(row, nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
+    # A NaN ranks with -inf; a stable sort keeps ties in index order.
+    return torch.sort(row, descending=True, stable=True).indices
 
 
 def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None, str]:
     """The scalar to differentiate: a class logit for class scores, otherwise the sum of the output."""
     scores = class_scores(output)
     if scores is None:
+        if target != "top1":
+            raise RunError(
+                f"Class {target} cannot be the target: the model's output holds no class scores (a (1, K) tensor, a "
+                "'logits' attribute or key, or a tuple that starts with one); use top1 for the sum of the output."
+            )
         total = sum(t.sum() for _, t in tensor_leaves(output) if t.is_floating_point())
         if not isinstance(total, torch.Tensor):
             raise RunError("The model's output holds no floating-point tensor to differentiate.")
         return total, None, "sum of the output"
     if target == "top1":
-        index = int(scores.argmax(dim=1).item())
+        index = int(class_ranking(scores)[0])
         return scores[0, index], index, f"top-1 logit (class {index})"
     index = int(target)
     if not 0 <= index < scores.shape[1]:
@@ -75,9 +108,10 @@ def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None
 
 
 def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: int = 5) -> list[Prediction]:
+    """The first ``k`` classes of ``class_ranking`` with their softmax probabilities."""
     probabilities = torch.softmax(scores.detach().float().cpu()[0], dim=0)
-    values, indices = probabilities.topk(min(k, probabilities.numel()))
-    return [Prediction(int(i), class_label(int(i), categories), float(v)) for v, i in zip(values, indices)]
+    indices = class_ranking(scores)[:k].tolist()
+    return [Prediction(i, class_label(i, categories), float(probabilities[i])) for i in indices]
 
 
 def class_label(index: int, categories: Sequence[str] | None) -> str:

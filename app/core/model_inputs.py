@@ -91,12 +91,15 @@ def guess_preprocess(module: nn.Module) -> tuple[Preprocess, str]:
 
     One input channel in the first convolution: grayscale input (a grayscale model gets a grayscale image);
     otherwise RGB. The size is the model's own ``image_size``/``img_size``/``input_size`` attribute when it has
-    one (an int), else 224, with ImageNet statistics. All of it is editable with :func:`custom_preprocess`.
+    one (an int), or its ``config.image_size`` (transformers' models), else 224, with ImageNet statistics. All of
+    it is editable with :func:`custom_preprocess`.
     """
     channels = first_conv_channels(module)
     size = DEFAULT_SIZE
-    for attribute in ("image_size", "img_size", "input_size"):
-        value = getattr(module, attribute, None)
+    config = getattr(module, "config", None)
+    candidates = [(module, a) for a in ("image_size", "img_size", "input_size")] + [(config, "image_size")]
+    for owner, attribute in candidates:
+        value = getattr(owner, attribute, None)
         if isinstance(value, int) and value > 0:
             size = value
             break

@@ -55,7 +55,8 @@ def reference_cam(model, x, path, target=None):
         cam += weight * activation[channel]
     cam = np.maximum(cam, 0)  # ReLU
     cam = bilinear(cam, x.shape[2], x.shape[3])
-    return cam / cam.max() if cam.max() > 0 else cam
+    low, high = cam.min(), cam.max()
+    return (cam - low) / (high - low) if high > low else np.zeros_like(cam)  # minimum to 0, maximum to 1
 
 
 @pytest.mark.parametrize("target", ["top1", 7])
