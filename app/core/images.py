@@ -29,6 +29,15 @@ _INTERPOLATIONS: dict[str, InterpolationMode] = {
     "bicubic": InterpolationMode.BICUBIC,
     "nearest": InterpolationMode.NEAREST,
 }
+_PIL_RESAMPLING: dict[str, Image.Resampling] = {
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "nearest": Image.Resampling.NEAREST,
+}
+
+# A picture whose resized longer side would be more than this many times the model's input size has only the part
+# the centre crop keeps resized (Preprocess._resize); up to it, torchvision's resize itself is used.
+MAX_RESIZED_ASPECT = 8
 
 _BOMB_NUMBERS = re.compile(r"\((\d+) pixels\).*?limit of (\d+) pixels")
 
@@ -196,16 +205,42 @@ class Preprocess:
             raise ValueError("Preprocess sizes must be positive.")
 
     def to_tensor(self, image: Image.Image) -> torch.Tensor:
-        """A (1, channels, crop, crop) float32 batch, identical to the torchvision preset's output."""
+        """A (1, channels, crop, crop) float32 batch, identical to the torchvision preset's output (of a very wide or
+        tall picture only the part the crop keeps is resized, to the same pixels: see ``_resize``)."""
         wanted = "L" if self.channels == 1 else "RGB"
         img = image if image.mode == wanted else image.convert(wanted)
         if self.resize is not None:
-            mode = _INTERPOLATIONS[self.interpolation]
-            img = F.resize(img, [self.resize], interpolation=mode, antialias=True)
+            img = self._resize(img, self.resize)
         img = F.center_crop(img, [self.crop])
         tensor = F.convert_image_dtype(F.pil_to_tensor(img), torch.float)
         tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
         return tensor.unsqueeze(0)
+
+    def _resize(self, image: Image.Image, resize: int) -> Image.Image:
+        """The shorter side scaled to ``resize`` as torchvision does, and of a very wide (or tall) picture only the
+        part the centre crop keeps.
+
+        The resize scales the shorter side to ``resize`` and the longer one in proportion, and the crop then keeps
+        ``crop`` pixels of the longer side: a 30000x1 PNG of a few hundred bytes would become a 7.68 million x 256
+        picture (6 GB) to keep 224 columns of it. So when the resized longer side would exceed
+        ``MAX_RESIZED_ASPECT`` times the larger of the two sizes, Pillow resamples only the source region under
+        those ``crop`` pixels (``Image.resize(box=...)``: the same scale, filter and sample positions as the whole
+        resize, so the same pixels). Memory then follows the model's input size whatever the aspect ratio; pictures
+        up to that ratio take torchvision's path itself.
+        """
+        mode = _INTERPOLATIONS[self.interpolation]
+        width, height = image.size
+        short, long = min(width, height), max(width, height)
+        new_long = int(resize * long / short) if short else 0  # torchvision's rounding
+        if short == 0 or new_long <= MAX_RESIZED_ASPECT * max(resize, self.crop):
+            return F.resize(image, [resize], interpolation=mode, antialias=True)
+        first = int(round((new_long - self.crop) / 2.0))  # where F.center_crop starts along the longer side
+        scale = long / new_long
+        if width > height:
+            box, size = (first * scale, 0.0, (first + self.crop) * scale, float(height)), (self.crop, resize)
+        else:
+            box, size = (0.0, first * scale, float(width), (first + self.crop) * scale), (resize, self.crop)
+        return image.resize(size, _PIL_RESAMPLING[self.interpolation], box=box)
 
     def to_display(self, tensor: torch.Tensor) -> np.ndarray:
         """Undo the normalisation: the image as the model sees it, as uint8 HxWx3."""
