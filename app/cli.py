@@ -135,6 +135,10 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     download.add_argument("--model", default="resnet18", help="torchvision model name (default: resnet18)")
     download.add_argument("--force", action="store_true", help="download again even when the file is cached")
     download.add_argument("--timeout", type=float, default=30.0, help="seconds without data before giving up (default: 30)")
+    download.add_argument(
+        "--min-rate", type=float, default=10.0, metavar="KB/S",
+        help="give up when a 30 s window averages less than this many kB/s (default: 10; 0: never)",
+    )  # fmt: skip
     download.add_argument("--debug", action="store_true", help="show tracebacks")
     return gui, export, bench, download
 
@@ -488,8 +492,11 @@ def _progress_bar(label: str):
 
 def run_download(args: argparse.Namespace) -> int:
     from app.core.models import default_weights_file
+    from app.core.termination import SIGTERM_EXIT, Terminated, sigterm_raises
     from app.core.weights import download_weights, weights_url
 
+    if args.min_rate < 0:
+        raise HookscopeError(f"--min-rate is a speed in kB/s (0: no minimum), not {args.min_rate:g}.")
     url = weights_url(args.model)  # checks the name first
     target = default_weights_file(args.model)
     if target.is_file() and not args.force:
@@ -498,11 +505,19 @@ def run_download(args: argparse.Namespace) -> int:
         return 0
     print(f"hookscope: downloading {url}", file=sys.stderr)
     bar = _progress_bar(target.name)
+    path = None
     try:
-        path = download_weights(args.model, progress=bar, timeout=args.timeout, force=args.force)
+        with sigterm_raises():  # kill PID cleans up like Ctrl-C: the partial file goes
+            path = download_weights(args.model, progress=bar, timeout=args.timeout, force=args.force,
+                                    min_rate=args.min_rate * 1000)
+    except Terminated:
+        pass
     finally:
         if bar.drawn:
             sys.stderr.write("\n")  # end the bar's line, so that what follows starts on its own
+    if path is None:
+        print("hookscope: download stopped (SIGTERM); nothing was saved to the cache", file=sys.stderr)
+        return SIGTERM_EXIT
     print(path)
     return 0
 

@@ -37,6 +37,10 @@ WEIGHTS_URL_ENV = "HOOKSCOPE_WEIGHTS_URL"  # replaces the part of the address be
 CHUNK_BYTES = 64 * 1024
 PROGRESS_INTERVAL_S = 0.1
 STALE_PARTIAL_S = 3600  # a temporary file untouched this long belongs to a download that was killed
+# A server that keeps sending a byte now and then never trips the "no data for N s" timeout, yet would take days.
+# Over every RATE_WINDOW_S a download must average MIN_RATE_BYTES_S, or it gives up (45 MB at 10 kB/s: 75 min).
+MIN_RATE_BYTES_S = 10_000.0
+RATE_WINDOW_S = 30.0
 
 #: ``progress(bytes_done, bytes_total_or_None, bytes_per_second)``; called from the downloading thread.
 ProgressCallback = Callable[[int, int | None, float], None]
@@ -99,12 +103,16 @@ def download_weights(
     cancelled: CancelCheck | None = None,
     timeout: float = 30.0,
     force: bool = False,
+    min_rate: float | None = None,
+    rate_window: float | None = None,
 ) -> Path:
     """Download ``name``'s default weights into the torch hub cache and return the cached file.
 
     Returns at once when the file is already cached (unless ``force``: then it is fetched again and replaces
     the cached one only once complete and verified). Raises :class:`DownloadCancelled` or
-    :class:`WeightsDownloadError` (one sentence; the cache is untouched).
+    :class:`WeightsDownloadError` (one sentence; the cache is untouched). ``timeout``: seconds without any data;
+    ``min_rate`` (bytes/s, 0: no limit; default ``MIN_RATE_BYTES_S``): the least average speed over each
+    ``rate_window`` seconds (default ``RATE_WINDOW_S``).
     """
     url = weights_url(name)
     target = default_weights_file(name)
@@ -118,6 +126,8 @@ def download_weights(
         progress=progress,
         cancelled=cancelled,
         timeout=timeout,
+        min_rate=min_rate,
+        rate_window=rate_window,
     )
 
 
@@ -129,6 +139,8 @@ def download_to_cache(
     progress: ProgressCallback | None = None,
     cancelled: CancelCheck | None = None,
     timeout: float = 30.0,
+    min_rate: float | None = None,
+    rate_window: float | None = None,
 ) -> Path:
     """Download ``url`` into ``folder`` (default: the torch hub checkpoints folder) as ``filename``.
 
@@ -156,7 +168,9 @@ def download_to_cache(
         raise WeightsDownloadError(f"Could not write to the cache folder {folder} ({_reason(error)}).") from error
     try:
         with os.fdopen(handle, "wb") as out:
-            digest, done, total = _stream(url, out, host, filename, folder, label, progress, cancelled, timeout)
+            digest, done, total = _stream(url, out, host, filename, folder, label, progress, cancelled, timeout,
+                                          _RateFloor(MIN_RATE_BYTES_S if min_rate is None else min_rate,
+                                                     RATE_WINDOW_S if rate_window is None else rate_window))
         if total is not None and done != total:
             raise WeightsDownloadError(
                 f"The download of {label} from {host} was cut short after {_mb(done)} of {_mb(total)}; "
@@ -170,7 +184,7 @@ def download_to_cache(
                 "a corrupt download or a wrong mirror."
             )
         os.replace(temporary, folder / filename)
-    except BaseException:  # cancel, errors, Ctrl-C: never leave the temporary file behind
+    except BaseException:  # cancel, errors, Ctrl-C, SIGTERM (the CLI raises there): never leave the file behind
         try:
             os.unlink(temporary)
         except FileNotFoundError:
@@ -189,6 +203,7 @@ def _stream(
     progress: ProgressCallback | None,
     cancelled: CancelCheck | None,
     timeout: float,
+    floor: _RateFloor,
 ) -> tuple[hashlib._Hash, int, int | None]:
     from app import __version__
 
@@ -217,13 +232,16 @@ def _stream(
     with response:
         total = _content_length(response)
         start = last = time.monotonic()
+        floor.begin(start)
         if progress is not None:
             progress(0, total, 0.0)
         while True:
             if cancelled is not None and cancelled():
                 raise DownloadCancelled(f"The download of {label} was cancelled; nothing was saved.")
             try:
-                chunk = response.read(CHUNK_BYTES)
+                # read1, not read: read(n) waits until n bytes have come, so a server that trickles a byte at a time
+                # showed no progress and never tripped the timeout; read1 returns whatever one receive brought.
+                chunk = response.read1(CHUNK_BYTES)
             except TimeoutError as error:
                 raise WeightsDownloadError(
                     f"The download of {label} from {host} stalled (no data for {timeout:g} s) after {_mb(done)}; "
@@ -248,9 +266,63 @@ def _stream(
             if progress is not None and now - last >= PROGRESS_INTERVAL_S:
                 last = now
                 progress(done, total, done / max(now - start, 1e-6))
+            too_slow = floor.check(now, done)
+            if too_slow is not None:
+                raise WeightsDownloadError(
+                    f"The download of {label} from {host} is too slow to finish ({too_slow}, under the "
+                    f"{_rate(floor.min_rate)} minimum{_eta(done, total, floor.last_rate)}); nothing was saved "
+                    f"to the cache: try again later, or set {WEIGHTS_URL_ENV} to a faster mirror."
+                )
         if progress is not None:
             progress(done, total, done / max(time.monotonic() - start, 1e-6))
     return digest, done, total
+
+
+class _RateFloor:
+    """The least average speed a download must keep over every window of ``window`` seconds (0: no floor)."""
+
+    def __init__(self, min_rate: float, window: float) -> None:
+        self.min_rate = max(float(min_rate), 0.0)
+        self.window = max(float(window), 1e-3)
+        self._since = 0.0
+        self._bytes = 0
+        self.last_rate = 0.0
+
+    def begin(self, now: float) -> None:
+        self._since, self._bytes = now, 0
+
+    def check(self, now: float, done: int) -> str | None:
+        """None while fast enough; else what the last window brought, in words."""
+        elapsed = now - self._since
+        if not self.min_rate or elapsed < self.window:
+            return None
+        got = done - self._bytes
+        self.last_rate = got / elapsed
+        if self.last_rate >= self.min_rate:
+            self._since, self._bytes = now, done
+            return None
+        return f"{_count(got)} in the last {elapsed:.0f} s"
+
+
+def _count(count: int) -> str:
+    return f"{count} bytes" if count < 10_000 else _mb(count)
+
+
+def _rate(rate: float) -> str:
+    return f"{rate / 1000:g} kB/s"
+
+
+def _eta(done: int, total: int | None, rate: float) -> str:
+    """"; the remaining 44.6 MB would take 9 hours at that speed", when the length is known."""
+    if not total or total <= done:
+        return ""
+    left = total - done
+    if rate <= 0:
+        return f"; the remaining {_mb(left)} would never arrive at that speed"
+    seconds = left / rate
+    when = f"{seconds / 86400:.0f} days" if seconds >= 2 * 86400 else (
+        f"{seconds / 3600:.0f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes")
+    return f"; the remaining {_mb(left)} would take {when} at that speed"
 
 
 def _content_length(response: http.client.HTTPResponse) -> int | None:

@@ -278,7 +278,26 @@ def run_gui(
         QTimer.singleShot(0, lambda: window.show_error(problems[0]))
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl+C in the terminal ends the app
     install_error_dialog(window)
-    return app.exec()
+    return end_despite_stuck_workers(app.exec())
+
+
+def end_despite_stuck_workers(code: int, wait_ms: int = 300) -> int:
+    """The exit status, once every worker has finished; or the end of the process, now, when one has not.
+
+    A worker stuck in user code (a trusted model.py whose build() never returns) cannot be killed, and Qt's thread
+    pool waits for its threads when the process ends, so the process would never end. By now the window has closed
+    (within 2 s) and written its settings, so the process ends without waiting for such a worker.
+    """
+    pool = QThreadPool.globalInstance()
+    if pool.activeThreadCount() == 0 or pool.waitForDone(wait_ms):
+        return code
+    if sys.stderr is not None:
+        sys.stderr.write("hookscope: a background task (a model still loading?) did not finish; "
+                         "ending without waiting for it\n")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def install_error_dialog(window: MainWindow) -> None:

@@ -36,12 +36,21 @@ def private_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     return folder
 
 
+THREAD_GRACE_MS = 10_000
+
+
 @pytest.fixture(autouse=True)
 def no_thread_left_running() -> Iterator[None]:
-    """Fail a test that leaves a worker running after its windows closed (as napari's fixture does)."""
+    """Fail a test that leaves a worker running after its windows closed (as napari's fixture does).
+
+    A closing window waits only a bounded time for its worker (``CLOSE_WAIT_MS``: it must close in under 2 s
+    whatever the worker does), so a run may still be stopping when the test ends: it gets ``THREAD_GRACE_MS``. A
+    thread still running after that is stuck or leaked, and fails the test."""
     yield
-    active = QThreadPool.globalInstance().activeThreadCount()
-    assert active == 0, f"{active} worker thread(s) still running after the test"
+    pool = QThreadPool.globalInstance()
+    pool.waitForDone(THREAD_GRACE_MS)
+    active = pool.activeThreadCount()
+    assert active == 0, f"{active} worker thread(s) still running {THREAD_GRACE_MS / 1000:.0f} s after the test"
 
 
 @pytest.fixture

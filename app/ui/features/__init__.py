@@ -12,6 +12,7 @@ from app.ui.features.image_b import ImageBFeature
 from app.ui.features.input_settings import InputSettingsFeature
 from app.ui.features.inspector import InspectorFeature
 from app.ui.features.interventions import InterventionsFeature
+from app.ui.features.load_cancel import LoadCancelFeature
 from app.ui.features.open_model import ModelFilesFeature
 from app.ui.features.session_files import SessionFilesFeature
 from app.ui.features.weights_download import WeightsDownloadFeature
@@ -21,6 +22,7 @@ FEATURES: list[tuple[str, Callable]] = [
     ("weights_download", WeightsDownloadFeature),
     ("sessions", SessionFilesFeature),  # before model files: a dropped session opens as a session
     ("model_files", ModelFilesFeature),
+    ("load_cancel", LoadCancelFeature),  # Cancel for a model load that takes long (or never ends)
     ("input_settings", InputSettingsFeature),
     ("interventions", InterventionsFeature),
     ("inspector", InspectorFeature),  # tabbed with the interventions

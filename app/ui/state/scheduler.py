@@ -4,6 +4,10 @@ Every change that makes the results on screen out of date bumps a generation num
 was started with; its outcome is handed back only if no newer change happened meanwhile, so a superseded run
 never mixes into the panels. Model loads have a generation of their own (a load is superseded only by another
 load). Runs are debounced: ten ticks in a burst end in one run.
+
+A load can be cancelled (``cancel_load``): its generation is dropped, so whatever it returns is ignored, and its
+thread is abandoned to finish in the background (it builds a new model and touches nothing the window uses), so
+the next load or run starts at once even when the cancelled ``build()`` never returns.
 """
 
 from __future__ import annotations
@@ -73,9 +77,20 @@ class RunScheduler(QObject):
         self._latest.value += 1
         self._load_generation = generation = self._latest.value
         self.runner.submit(Job(generation, partial(work, generation),
-                               stale=lambda: self._load_generation != generation, label="load"))
+                               stale=lambda: self._load_generation != generation, label="load", abandonable=True))
         self.busy_changed.emit(True)
         return generation
+
+    def cancel_load(self) -> bool:
+        """Give up on the load in flight: its result will be dropped and the previous model stays. Returns
+        whether a load was in flight."""
+        generation = self._load_generation
+        if not generation or self._closed:
+            return False
+        self._load_generation = 0
+        self.runner.cancel(lambda job: job.label == "load" and job.generation == generation)
+        self.busy_changed.emit(self.busy)
+        return True
 
     def request_run(self) -> None:
         """Supersede whatever run is in flight; start the new one after a short pause."""
@@ -92,7 +107,7 @@ class RunScheduler(QObject):
         self._closed = True
         self._latest.value += 1
         self._timer.stop()
-        self.runner.shutdown()
+        self.runner.shutdown()  # bounded: a worker stuck in user code is left to the process's end
         self.busy_changed.emit(False)
 
     # ---- internals --------------------------------------------------------------------------------------------

@@ -4,6 +4,12 @@ A job runs in a superqt ``FunctionWorker`` (a ``QRunnable`` with started/returne
 the global thread pool. Only one job runs at a time: every run uses the same model and the same hook registry,
 and two runs recording through one registry would mix their records. A job submitted while another runs waits
 in a single slot; a newer submission replaces it, so a burst of ticks ends in one run, not ten.
+
+A Python thread stuck in someone else's code (a trusted ``model.py`` whose ``build()`` never returns) cannot be
+killed. A job that touches nothing shared (a model load builds a new model and returns it) can be *abandoned*
+instead: the runner forgets it, drops whatever it returns, and starts the next job at once, while the thread
+finishes in the background. Closing waits a bounded time (``CLOSE_WAIT_MS``); whatever is still running then is
+left to the process's end (``app.ui.app`` ends a process whose workers are stuck without waiting for them).
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyqtgraph.util.garbage_collector import GarbageCollector
-from PySide6.QtCore import QObject, QThreadPool, Signal
+from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
 from superqt.utils import FunctionWorker, create_worker
 
 _collector: GarbageCollector | None = None
+CLOSE_WAIT_MS = 1200  # how long a closing window waits for its workers: the window is gone within 2 s regardless
 
 
 def collect_garbage_on_gui_thread() -> None:
@@ -42,6 +49,32 @@ class Job:
     work: Callable[[], object]
     stale: Callable[[], bool]
     label: str = "run"
+    # Safe to leave running in the background once stale (it shares no state with later jobs: a model load).
+    abandonable: bool = False
+
+
+class _Relay(QObject):
+    """One worker's signals, delivered on the GUI thread together with the job they belong to, so that a late
+    signal of an abandoned worker is never taken for the current job's."""
+
+    def __init__(self, runner: JobRunner, job: Job, worker: FunctionWorker) -> None:
+        super().__init__(runner)
+        self.runner, self.job, self.worker = runner, job, worker
+        worker.returned.connect(self.on_returned)
+        worker.errored.connect(self.on_errored)
+        worker.finished.connect(self.on_finished)
+
+    @Slot(object)
+    def on_returned(self, outcome: object) -> None:
+        self.runner._on_returned(self, outcome)
+
+    @Slot(object)
+    def on_errored(self, error: object) -> None:
+        self.runner._on_errored(self, error)
+
+    @Slot()
+    def on_finished(self) -> None:
+        self.runner._on_finished(self)
 
 
 class JobRunner(QObject):
@@ -54,8 +87,10 @@ class JobRunner(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         collect_garbage_on_gui_thread()
-        self._running: tuple[Job, FunctionWorker] | None = None
+        self._running: _Relay | None = None
         self._waiting: Job | None = None
+        self._abandoned: set[_Relay] = set()  # forgotten, still running: kept alive until they finish
+        self._grown = 0  # threads added to the pool so that an abandoned job never blocks the next one
         self._closed = False
 
     @property
@@ -64,13 +99,22 @@ class JobRunner(QObject):
 
     @property
     def running_job(self) -> Job | None:
-        return self._running[0] if self._running else None
+        return self._running.job if self._running else None
+
+    @property
+    def abandoned(self) -> int:
+        """Jobs given up on whose threads have not finished yet."""
+        return len(self._abandoned)
 
     def submit(self, job: Job) -> None:
-        """Run ``job`` now if idle, else after the running one (replacing any job still waiting)."""
+        """Run ``job`` now if idle, else after the running one (replacing any job still waiting). A running job
+        that is stale and abandonable (a superseded model load, maybe stuck) is abandoned for it."""
         if self._closed:
             return
         was_busy = self.busy
+        running = self._running
+        if running is not None and running.job.abandonable and running.job.stale():
+            self._abandon(running)
         if self._running is None:
             self._start(job)
         else:
@@ -78,12 +122,32 @@ class JobRunner(QObject):
         if not was_busy:
             self.busy_changed.emit(True)
 
-    def shutdown(self, msecs: int = -1) -> bool:
-        """Drop the waiting job and wait for the running one (its ``stale()`` lets it stop early)."""
+    def cancel(self, which: Callable[[Job], bool]) -> bool:
+        """Give up on the jobs ``which`` picks: a waiting one is dropped; a running one is abandoned if it is
+        abandonable (its thread finishes in the background, its result is dropped), else asked to quit. The
+        next waiting job starts at once. Returns whether anything was cancelled."""
+        cancelled = False
+        if self._waiting is not None and which(self._waiting):
+            self._waiting, cancelled = None, True
+        running = self._running
+        if running is not None and which(running.job):
+            cancelled = True
+            if running.job.abandonable:
+                self._abandon(running)
+                self._start_next()
+            else:
+                running.worker.quit()
+        elif cancelled and not self.busy:
+            self.busy_changed.emit(False)
+        return cancelled
+
+    def shutdown(self, msecs: int = CLOSE_WAIT_MS) -> bool:
+        """Drop the waiting job and wait up to ``msecs`` for the running ones (``stale()`` lets a run stop early).
+        Returns whether every worker finished; one stuck in user code is left running (see the module's note)."""
         self._closed = True
         self._waiting = None
         if self._running is not None:
-            self._running[1].quit()
+            self._running.worker.quit()
         done = QThreadPool.globalInstance().waitForDone(msecs)
         self._running = None
         return done
@@ -91,29 +155,48 @@ class JobRunner(QObject):
     # ---- internals ----------------------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
         worker = create_worker(job.work, _start_thread=False, _ignore_errors=True)
-        worker.returned.connect(self._on_returned)
-        worker.errored.connect(self._on_errored)
-        worker.finished.connect(self._on_finished)
-        self._running = (job, worker)
+        self._running = _Relay(self, job, worker)
         # Straight onto the pool (not worker.start(), which may defer the start by a timer): a window that
         # closes right after submitting must find the thread in the pool to wait for it.
         QThreadPool.globalInstance().start(worker)
 
-    def _on_returned(self, outcome: object) -> None:
-        if self._running is not None and not self._closed:
-            self.returned.emit(self._running[0], outcome)
+    def _abandon(self, relay: _Relay) -> None:
+        relay.worker.quit()  # superqt then drops its return value
+        self._abandoned.add(relay)
+        if self._running is relay:
+            self._running = None
+        pool = QThreadPool.globalInstance()
+        if pool.activeThreadCount() >= pool.maxThreadCount():
+            pool.setMaxThreadCount(pool.maxThreadCount() + 1)  # the stuck thread keeps its slot; the next job its own
+            self._grown += 1
 
-    def _on_errored(self, error: object) -> None:
-        if self._running is not None and not self._closed:
-            self.failed.emit(self._running[0], error)
-
-    def _on_finished(self) -> None:
-        if self._closed:
-            return
-        self._running = None
+    def _start_next(self) -> None:
         while self._waiting is not None:
             job, self._waiting = self._waiting, None
             if not job.stale():
                 self._start(job)
                 return
         self.busy_changed.emit(False)
+
+    def _on_returned(self, relay: _Relay, outcome: object) -> None:
+        if relay is self._running and not self._closed:
+            self.returned.emit(relay.job, outcome)
+
+    def _on_errored(self, relay: _Relay, error: object) -> None:
+        if relay is self._running and not self._closed:
+            self.failed.emit(relay.job, error)
+
+    def _on_finished(self, relay: _Relay) -> None:
+        if relay in self._abandoned:
+            self._abandoned.discard(relay)
+            if self._grown:
+                pool = QThreadPool.globalInstance()
+                pool.setMaxThreadCount(max(1, pool.maxThreadCount() - 1))
+                self._grown -= 1
+            relay.deleteLater()
+            return
+        if self._closed or relay is not self._running:
+            return
+        self._running = None
+        relay.deleteLater()
+        self._start_next()

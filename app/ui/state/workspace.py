@@ -70,6 +70,7 @@ class Workspace(QObject):
     """What the window shows and runs on. Methods change it; signals say what changed."""
 
     model_loading = Signal(str)  # a description of what is being loaded
+    load_cancelled = Signal(str)  # what was being loaded: the load was given up, the previous model stays
     model_changed = Signal(object)  # the LoadOutcome now in use (registry made, ticks and edits carried over)
     hooks_changed = Signal(object)  # list of (path, kind, ticked); [] when edits or a device move changed hooks
     external_hooks_changed = Signal(object)  # list of HookInfo: hooks a feature put on the model outside the registry
@@ -120,6 +121,8 @@ class Workspace(QObject):
         self._dirty = False  # ticks, target or device changed since the results on screen
         self._run_wanted = False  # a run was asked for while a model loaded
         self._load_failed: tuple[int, Callable[[BaseException], bool]] | None = None
+        self.loading_what = ""  # what the load in flight opens, in a few words
+        self._weights_in_use = weights  # the weights of the model on screen, restored when a load is cancelled
         self._closing = False
         self.scheduler = RunScheduler(self._freeze_run, self)
         self.scheduler.loaded.connect(self._apply_model)
@@ -144,6 +147,7 @@ class Workspace(QObject):
             weights = "default"  # a weights file belongs to one architecture
         self.weights = weights
         self._load_failed = None
+        self.loading_what = name
         self.model_loading.emit(name)
         self.status.emit(f"Loading {name}…", 0)
         self.scheduler.load(lambda generation: execute_load(LoadRequest(generation, name, weights)))
@@ -154,10 +158,29 @@ class Workspace(QObject):
 
         ``failed`` sees the error first; returning True means it took care of it (asked for trust and retried).
         """
+        self.loading_what = description
         self.model_loading.emit(description)
         self.status.emit(f"Loading {description}…", 0)
         generation = self.scheduler.load(lambda generation: _load_with(generation, work))
         self._load_failed = (generation, failed) if failed is not None else None
+
+    def cancel_load(self) -> bool:
+        """Give up on the model load in flight (Cancel): the model, hooks and results on screen stay, at once,
+        even when the load is stuck in a model file's ``build()``; its thread finishes in the background and
+        its result is dropped. Returns whether a load was in flight."""
+        if self._closing or not self.scheduler.cancel_load():
+            return False
+        what, self.loading_what = self.loading_what, ""
+        self._load_failed = None
+        self.weights = self._weights_in_use
+        self.weights_changed.emit(self.weights)  # the boxes go back to what is in use
+        still = f"still showing {self.loaded.display_name}" if self.loaded is not None else "no model is loaded"
+        self.status.emit(f"Loading {what or 'the model'} was cancelled; {still}.", 8000)
+        self.load_cancelled.emit(what)
+        if self._run_wanted and self.loaded is not None:
+            self._run_wanted = False
+            self.request_run()
+        return True
 
     def set_weights(self, weights: str) -> None:
         if weights != self.weights:
@@ -184,6 +207,8 @@ class Workspace(QObject):
         if self.registry is not None:
             self.registry.clear()  # every hook on the old model goes first
         self.loaded = outcome.loaded
+        self._weights_in_use = self.weights
+        self.loading_what = ""
         self.registry = HookRegistry(outcome.loaded.module)
         self.nodes = outcome.nodes
         self.target = "top1"
@@ -236,6 +261,7 @@ class Workspace(QObject):
     def _on_load_failed(self, error: object) -> None:
         if self._closing:
             return
+        self.loading_what = ""
         handler, self._load_failed = self._load_failed, None
         if isinstance(error, BaseException) and handler is not None and handler[1](error):
             pass  # the caller took care of it (asked for trust, or for the architecture, and retried)
