@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from app.core.blame import model_pass
 from app.core.devices import resolve_device
 from app.core.errors import RunError
 from app.core.hooks import HookRegistry, Record, StaleCapture
+from app.core.missing_gradients import MissingGradient, missing_gradients
 from app.core.models import first_line
 from app.core.structure import tensor_leaves
 from app.core.tree import ModelSurvey, survey
@@ -45,6 +47,9 @@ class RunResult:
     # The class scores of the same input with every edit suspended (``capture_run(..., baseline=True)`` with edits
     # on), so that the effect of the edits on the predictions can be shown; None otherwise.
     baseline_scores: torch.Tensor | None = None
+    # Output parts of modules with a gradient hook that received no gradient, each with the reason (integers, not
+    # tracked by autograd, or not reaching the target): the export manifest's "no_gradient".
+    no_gradient: list[MissingGradient] = field(default_factory=list)
 
     def of_kind(self, *kinds: str) -> list[Record]:
         return [r for r in self.records if r.kind in kinds]
@@ -200,22 +205,23 @@ def _run_once(
     baseline: bool = False,
 ) -> RunResult:
     xin = x.detach().to(dev).clone().requires_grad_(True)
-    known = ensure_survey(model, registry, xin)
+    known = model_pass("forward", ensure_survey, model, registry, xin)  # the survey runs the model too
     registry.check_edits()
     other_inputs = {name: t.detach().to(dev) for name, t in (others or {}).items()}
     recorder = registry.new_recorder()
+    hooked = [(info.path, info.kind) for info in registry.handles()]  # before the run: the GUI may tick meanwhile
     input_grads: list[torch.Tensor] = []
     xin.register_hook(lambda grad: input_grads.append(grad.detach().to("cpu", copy=True)))
     with registry.mix_references(other_inputs), registry.recording(recorder):
         start = time.perf_counter()
-        output = model(xin)
+        output = model_pass("forward", model, xin)  # the model's own exception: ModelRaised, not a bug of ours
         _sync(dev)
         forward_ms = (time.perf_counter() - start) * 1000
         if cancelled is not None and cancelled():
             raise RunCancelled()
         objective, index, described = _objective(output, target)
         start = time.perf_counter()
-        torch.autograd.grad(objective, [xin, *recorder.grad_roots], allow_unused=True)
+        model_pass("backward", torch.autograd.grad, objective, [xin, *recorder.grad_roots], allow_unused=True)
         _sync(dev)
         backward_ms = (time.perf_counter() - start) * 1000
     recorder.verify()
@@ -238,6 +244,9 @@ def _run_once(
         device=str(dev),
         timings={"forward_ms": forward_ms, "backward_ms": backward_ms},
         baseline_scores=baseline_scores,
+        no_gradient=missing_gradients(
+            [pair for pair in hooked if registry.has(*pair)], known, recorder.records, described
+        ),
     )
 
 

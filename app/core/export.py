@@ -114,6 +114,8 @@ def build_manifest(result: RunResult, loaded: LoadedModel, *, image: str, kinds:
         ],
         "timings_ms": result.timings,
         "hook_kinds": list(kinds),
+        # Output parts a gradient hook got nothing for (they have a forward record, no gradient record): why.
+        "no_gradient": {m.key: m.reason for m in result.no_gradient if m.kind in kinds},
         "archives": {kind: ARCHIVES[kind] for kind in kinds},
         "modules": modules,
     }

@@ -144,8 +144,12 @@ class Recorder:
             raise StaleCapture(stale)
 
     def grad_hook(self, path: str, kind: HookKind, call: int, leaf: str, method: str):
-        def hook(grad: torch.Tensor) -> None:
-            self.keep(path, kind, call, leaf, method, grad)
+        def hook(grad: torch.Tensor | None) -> None:
+            # None: the node that made this output ran for another of its outputs, and this one got no gradient (a
+            # full backward hook joins all a module's outputs in one node: nn.MultiheadAttention's unused weights).
+            # Nothing to record; RunResult.no_gradient says why.
+            if grad is not None:
+                self.keep(path, kind, call, leaf, method, grad)
 
         return hook
 

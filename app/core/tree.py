@@ -62,6 +62,10 @@ class ModuleRun:
     modifies_input: bool  # e.g. ReLU(inplace=True): a reference to its input goes stale
     output_modified_later: bool  # e.g. bn1 before an in-place ReLU, or bn2 before "out += identity"
     input_needs_grad: bool = True  # False for e.g. Swin V2's cpb_mlp, fed a fixed coordinate table
+    # Per output leaf (first call, in ``output_leaves`` order), what autograd makes of it: "tracked" (it requires
+    # grad), "integer" (integers and booleans have no gradient) or "untracked" (floating point, but computed
+    # under no_grad, detached, or from constants). Says why a ticked gradient never arrives.
+    leaf_autograd: tuple[str, ...] = ()
 
     @property
     def ran(self) -> bool:
@@ -89,6 +93,13 @@ def _output_form(output: object) -> str:
     return "structured"
 
 
+def leaf_autograd(tensor: torch.Tensor) -> str:
+    """"tracked", "integer" or "untracked": see ``ModuleRun.leaf_autograd``."""
+    if tensor.requires_grad:
+        return "tracked"
+    return "untracked" if tensor.is_floating_point() or tensor.is_complex() else "integer"
+
+
 def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
     """Run ``model`` once on ``example`` and record what every module did.
 
@@ -100,6 +111,7 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
     shapes: dict[str, list[tuple[int, ...]]] = {}
     leaves: dict[str, tuple[str, ...]] = {}
     forms: dict[str, str] = {}
+    autograd: dict[str, tuple[str, ...]] = {}
     modifies_input: set[str] = set()
     input_needs_grad: set[str] = set()
     outputs: list[tuple[str, torch.Tensor, int]] = []
@@ -122,6 +134,7 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
             found = list(tensor_leaves(output))
             shapes.setdefault(path, []).extend(tuple(t.shape) for _, t in found)
             leaves.setdefault(path, tuple(name for name, _ in found))
+            autograd.setdefault(path, tuple(leaf_autograd(t) for _, t in found))
             forms.setdefault(path, _output_form(output))
             outputs.extend((path, t, t._version) for _, t in found)
 
@@ -157,5 +170,6 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
             modifies_input=path in modifies_input,
             output_modified_later=path in modified_later,
             input_needs_grad=path in input_needs_grad,
+            leaf_autograd=autograd[path],
         )
     return result

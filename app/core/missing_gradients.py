@@ -1,0 +1,71 @@
+"""Why a ticked gradient has no record: which output parts of a run received no gradient, and the reason for each.
+
+A gradient hook (``tensor`` or ``backward``) records only what the backward pass delivers. An output part gets
+nothing when it holds integers, when autograd does not track it (computed under ``torch.no_grad``, detached, from
+constants), or when the target does not depend on it (``nn.MultiheadAttention``'s head-averaged attention
+weights, a branch whose result is dropped). The survey of the forward pass says which parts were tracked; the
+records of the run say which parts got a gradient; what is left is listed here, with the reason in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from app.core.hooks import Record, record_key
+from app.core.tree import ModelSurvey
+
+GRADIENT_KINDS = ("tensor", "backward")
+
+
+@dataclass(frozen=True)
+class MissingGradient:
+    """One output part of a module (``path``, ``call``, ``leaf``) that a ``kind`` hook got no gradient for."""
+
+    path: str
+    kind: str
+    call: int
+    leaf: str
+    reason: str
+
+    @property
+    def key(self) -> str:
+        """The key its gradient record would have had (``attention/1``), as in the export's archives."""
+        return record_key(self.path, self.call, self.leaf)
+
+
+def reason_for(autograd: str, target: str) -> str:
+    """The reason in words for a part that autograd sees as ``autograd`` (``ModuleRun.leaf_autograd``)."""
+    if autograd == "integer":
+        return "it holds integers (or booleans), which have no gradient"
+    if autograd == "untracked":
+        return (
+            "autograd does not track it (it was computed under torch.no_grad, detached, or from constants), "
+            "so no gradient can flow back to it"
+        )
+    return (
+        f"the target ({target}) does not depend on it: nothing computed from it reaches the target "
+        "(e.g. attention weights returned for inspection only, or a result the model drops)"
+    )
+
+
+def missing_gradients(
+    hooks: Iterable[tuple[str, str]], survey: ModelSurvey, records: Sequence[Record], target: str
+) -> list[MissingGradient]:
+    """Every output part of a module with a gradient hook (``hooks``: (path, kind) pairs) that got no gradient.
+
+    Modules that did not run are left out: they have no forward record either, and the survey says so. ``target``
+    is what was differentiated, in words (``RunResult.target``).
+    """
+    have = {(r.path, r.kind, r.call, r.leaf) for r in records}
+    missing = []
+    for path, kind in hooks:
+        if kind not in GRADIENT_KINDS:
+            continue
+        run = survey.run_of(path)
+        states = run.leaf_autograd or ("tracked",) * len(run.output_leaves)
+        for call in range(run.calls):
+            for leaf, state in zip(run.output_leaves, states):
+                if (path, kind, call, leaf) not in have:
+                    missing.append(MissingGradient(path, kind, call, leaf, reason_for(state, target)))
+    return missing
