@@ -21,7 +21,7 @@ from app.core.hooks import KINDS
 if TYPE_CHECKING:
     from app.core.pipeline import ModelSource
 
-SUBCOMMANDS = ("export", "bench", "download")
+SUBCOMMANDS = ("export", "bench", "download", "lessons")
 
 
 def _csv(text: str) -> list[str]:
@@ -151,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "export": (export, run_export),
             "bench": (bench, run_bench),
             "download": (download, run_download),
+            "lessons": (build_lessons_parser(), run_lessons),
         }[args_list[0]]
         args = parser.parse_args(args_list[1:])
     else:
@@ -519,6 +520,76 @@ def run_download(args: argparse.Namespace) -> int:
         print("hookscope: download stopped (SIGTERM); nothing was saved to the cache", file=sys.stderr)
         return SIGTERM_EXIT
     print(path)
+    return 0
+
+
+def build_lessons_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hookscope lessons",
+        description="The four hooks, one lesson each (as in the window's Help > Learn the hooks): list the lessons, "
+        "or run every one on a model with real hooks and check that it reproduces its claim (--run-all; exit 0 "
+        "when every lesson does, 1 otherwise).",
+    )
+    _add_model_options(parser, default_weights="none")
+    _add_model_file_options(parser)
+    parser.add_argument("--image", metavar="PATH", help="image A (default: the bundled sample photograph)")
+    parser.add_argument(
+        "--size", type=int, default=112, help="input size in pixels (default: 112; 0: the model's own)"
+    )
+    parser.add_argument("--run-all", action="store_true", help="run every lesson and print one line each")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def run_lessons(args: argparse.Namespace) -> int:
+    """lessons: the list; with --run-all one line per lesson (its numbers, ok or failed)."""
+    from app.core.devices import resolve_device
+    from app.core.images import read_image
+    from app.core.lessons import LESSONS, lesson_inputs, model_code_for, result_line
+    from app.core.resources import resource, sample_image
+
+    if not args.run_all:
+        for item in LESSONS:
+            print(f"{item.id:<20} {item.hook:<9} {item.title}")
+        print("hookscope: run them all on a model with --run-all", file=sys.stderr)
+        return 0
+    if args.size < 0:
+        raise HookscopeError(f"--size must be a number of pixels (or 0 for the model's own), not {args.size}.")
+    device = resolve_device(args.device)
+    image = read_image(args.image or sample_image())
+    other = resource("coffee.png")
+    loaded = load_for_cli(args)
+    loaded.module.to(device)
+    inputs = lesson_inputs(loaded.module, loaded.preprocess, image, read_image(other), args.size or None)
+    if inputs.note:
+        print(f"hookscope: {inputs.note}", file=sys.stderr)
+    failed = []
+    for item in LESSONS:
+        result = item.run(loaded.module, inputs.x, picks=inputs.picks, other=inputs.other,
+                          model_code=model_code_for(loaded), other_text=other.name)  # fmt: skip
+        print(result_line(result), flush=True)
+        if not result.ok:
+            failed.append(item.id)
+            print(f"hookscope: {item.id}: {result.claim}", file=sys.stderr)
+    size = "x".join(map(str, inputs.x.shape[-2:]))
+    if failed:
+        print(f"hookscope: {len(failed)} of {len(LESSONS)} lessons failed on {loaded.display_name} at {size}: "
+              f"{', '.join(failed)}", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"hookscope: all {len(LESSONS)} lessons reproduced their claims on {loaded.display_name} at {size}",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def run_desktop_entry(install: bool) -> int:
+    from app.core.desktop_entry import install_desktop_entry, uninstall_desktop_entry
+
+    if install:
+        path = install_desktop_entry()
+        print(f"hookscope: menu entry written: {path}")
+    else:
+        path = uninstall_desktop_entry()
+        print(f"hookscope: menu entry removed: {path}" if path else "hookscope: there was no menu entry to remove")
     return 0
 
 

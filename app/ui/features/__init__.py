@@ -12,6 +12,7 @@ from app.ui.features.image_b import ImageBFeature
 from app.ui.features.input_settings import InputSettingsFeature
 from app.ui.features.inspector import InspectorFeature
 from app.ui.features.interventions import InterventionsFeature
+from app.ui.features.lessons import LessonsFeature
 from app.ui.features.load_cancel import LoadCancelFeature
 from app.ui.features.open_model import ModelFilesFeature
 from app.ui.features.session_files import SessionFilesFeature
@@ -29,4 +30,5 @@ FEATURES: list[tuple[str, Callable]] = [
     ("grad_cam", GradCamFeature),  # tabbed with the input
     ("image_b", ImageBFeature),
     ("visualize", VisualizeFeature),  # tabbed with the input
+    ("lessons", LessonsFeature),  # Help > Learn the hooks; tabbed with the predictions
 ]
