@@ -83,11 +83,18 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
         epilog="Headless: 'hookscope export --help', 'hookscope bench --help' and 'hookscope download --help'.",
     )
-    gui.add_argument("image", nargs="?", help="image to open (default: the bundled sample photograph)")
+    gui.add_argument(
+        "images", nargs="*", metavar="IMAGE",
+        help="images to open: the first is shown, the rest wait in the image list (default: the sample photograph)",
+    )
     _add_model_options(gui, default_weights="default")
     gui.add_argument("--screenshot", metavar="OUT.png", help="save a screenshot of the window after the run and exit")
     gui.add_argument("--check", type=_csv, metavar="PATH,PATH", help="modules to tick for activations and gradients")
     gui.add_argument("--self-test", action="store_true", help="run the app offscreen end to end and report")
+    gui.add_argument("--install-desktop-entry", action="store_true",
+                     help="add this installation to the desktop's applications menu (Linux) and exit")
+    gui.add_argument("--uninstall-desktop-entry", action="store_true",
+                     help="remove Hookscope from the desktop's applications menu (Linux) and exit")
     gui.add_argument("--debug", action="store_true", help="show tracebacks")
     gui.add_argument("--version", action="version", version=f"hookscope {__version__}")
 
@@ -155,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }[args_list[0]]
         args = parser.parse_args(args_list[1:])
     else:
-        args = gui.parse_args(args_list)
+        args = gui.parse_intermixed_args(args_list)  # files after options too, as a desktop's %F passes them
         command = run_window
     try:
         return command(args)
@@ -594,10 +601,19 @@ def run_desktop_entry(install: bool) -> int:
 
 
 def run_window(args: argparse.Namespace) -> int:
-    from app.ui.app import run_gui
+    if args.install_desktop_entry or args.uninstall_desktop_entry:
+        return run_desktop_entry(args.install_desktop_entry)
+    from app.core.startup import report_startup_error
 
+    try:
+        from app.ui.app import run_gui
+    except (ImportError, OSError) as error:  # Qt (or a system library it needs) did not load: no window to say so
+        import traceback
+
+        return report_startup_error(f"The window's libraries could not be loaded ({error}).", traceback.format_exc())
     return run_gui(
-        image=args.image,
+        image=args.images[0] if args.images else None,
+        more_images=args.images[1:],
         model=args.model,
         weights=args.weights,
         device=args.device,

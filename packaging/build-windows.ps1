@@ -1,18 +1,62 @@
-# Build the Windows bundle (dist\hookscope\hookscope.exe), self-test it, then the setup .exe with Inno Setup.
-#   powershell -ExecutionPolicy Bypass -File packaging\build-windows.ps1
-# CPU-only torch (much smaller): set $env:TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu" first.
+# Build the Windows bundle (dist\hookscope\hookscope.exe), check and self-test it, then the setup .exe with Inno Setup.
+#   powershell -ExecutionPolicy Bypass -File packaging\build-windows.ps1 [-Variant cpu|cuda] [-WithWeights resnet18]
+#                                                                          [-NoSplash] [-PrintCommands]
+# -Variant cpu (default): torch/torchvision from PyTorch's CPU index, pinned as in build.sh.
+# -Variant cuda: PyPI's Windows torch is a CPU build, so the CUDA build comes from the index named by
+#   $env:TORCH_CUDA_INDEX_URL (PyTorch's cuXXX index for this torch version); same pins.
+# Untested here: this project's build machine is Linux (see README "Building the installer").
+param(
+  [ValidateSet("cpu", "cuda")][string]$Variant = "cpu",
+  [string[]]$WithWeights = @(),
+  [switch]$NoSplash,
+  [switch]$PrintCommands
+)
 $ErrorActionPreference = "Stop"
 Set-Location (Split-Path $PSScriptRoot -Parent)
-python -m venv build\venv
-& build\venv\Scripts\python -m pip install --upgrade pip
-if ($env:TORCH_INDEX_URL) { & build\venv\Scripts\python -m pip install torch torchvision --index-url $env:TORCH_INDEX_URL }
-else { & build\venv\Scripts\python -m pip install torch torchvision }
-& build\venv\Scripts\python -m pip install . pyinstaller
-& build\venv\Scripts\pyinstaller --noconfirm --clean --distpath dist --workpath build\pyinstaller packaging\hookscope.spec
+$TorchVersion = "2.14.1"
+$TorchvisionVersion = "0.29.1"
+$CpuIndexUrl = "https://download.pytorch.org/whl/cpu"
+$Venv = "build\venv-$Variant"
+$Py = "$Venv\Scripts\python.exe"
+
+function Run([string]$Exe, [string[]]$Arguments) {
+  Write-Host "$Exe $($Arguments -join ' ')"
+  if (-not $PrintCommands) {
+    & $Exe @Arguments
+    if ($LASTEXITCODE -ne 0) { throw "failed ($LASTEXITCODE): $Exe $($Arguments -join ' ')" }
+  }
+}
+
+if ($Variant -eq "cpu") {
+  $IndexUrl = if ($env:TORCH_INDEX_URL) { $env:TORCH_INDEX_URL } else { $CpuIndexUrl }
+  $Torch = @("-m", "pip", "install", "torch==$TorchVersion+cpu", "torchvision==$TorchvisionVersion+cpu", "--index-url", $IndexUrl)
+} else {
+  if (-not $env:TORCH_CUDA_INDEX_URL) { throw "-Variant cuda needs `$env:TORCH_CUDA_INDEX_URL (PyTorch's cuXXX index for torch $TorchVersion)" }
+  $Torch = @("-m", "pip", "install", "torch==$TorchVersion", "torchvision==$TorchvisionVersion", "--index-url", $env:TORCH_CUDA_INDEX_URL)
+}
+
+Run "python" @("-m", "venv", $Venv)
+Run $Py @("-m", "pip", "install", "--upgrade", "pip")
+Run $Py $Torch
+Run $Py @("-m", "pip", "install", ".", "pyinstaller>=6.10,<7")
+if ($NoSplash) { $env:HOOKSCOPE_SPLASH = "0" } else {
+  $env:HOOKSCOPE_SPLASH = "1"
+  Run $Py @("-c", "import tkinter")  # the splash needs Tcl/Tk at build time (python.org's installer has it)
+}
+Remove-Item Env:HOOKSCOPE_WEIGHTS_DIR -ErrorAction SilentlyContinue
+if ($WithWeights.Count -gt 0) {
+  Run $Py (@("-m", "app.core.bundled_weights", "build\weights") + $WithWeights)
+  $env:HOOKSCOPE_WEIGHTS_DIR = "$PWD\build\weights"
+}
+Run $Py @("-m", "PyInstaller", "--noconfirm", "--clean", "--distpath", "dist", "--workpath", "build\pyinstaller-$Variant", "packaging\hookscope.spec")
+if ($Variant -eq "cpu") { Run $Py @("packaging\bundle_checks.py", "no-cuda", "dist\hookscope") }
+Run $Py @("packaging\bundle_checks.py", "max-size", "dist\hookscope")
+if ($PrintCommands) { exit 0 }
 # A windowed app has no console: the self-test reports through its exit code and this file.
 $env:HOOKSCOPE_SELF_TEST_REPORT = "$PWD\build\self-test.txt"
 $p = Start-Process dist\hookscope\hookscope.exe -ArgumentList "--self-test" -Wait -PassThru
 Get-Content $env:HOOKSCOPE_SELF_TEST_REPORT
 if ($p.ExitCode -ne 0) { throw "self-test failed ($($p.ExitCode))" }
 $env:HOOKSCOPE_VERSION = (Select-String -Path app\__init__.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
+$env:HOOKSCOPE_VARIANT = $Variant
 iscc packaging\hookscope.iss

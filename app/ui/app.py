@@ -22,6 +22,13 @@ from app.core.devices import resolve_device
 from app.core.errors import HookscopeError, ModelError
 from app.core.images import read_image
 from app.core.models import DEFAULT_MODEL, catalogue
+from app.core.startup import (
+    close_splash,
+    cursor_library_bundled,
+    display_problem,
+    qt_fatal_summary,
+    report_startup_error,
+)
 from app.ui.dialogs.about import app_icon
 from app.ui.main_window import MainWindow
 from app.ui.state.settings import settings_folder
@@ -45,10 +52,22 @@ def _no_display() -> bool:
     return sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+_PLATFORM_NOTES: list[str] = []  # what Qt said about its platform plugin, for the error log if it gives up
+
+
 def _quiet_offscreen_noise(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
-    """The offscreen platform warns on every dock resize; everything else Qt says still reaches stderr."""
+    """The offscreen platform warns on every dock resize; everything else Qt says still reaches stderr. When Qt
+    gives up before the window (no usable platform plugin: it aborts right after this), the reason goes to the
+    error log and a message box, in one readable sentence (app.core.startup)."""
     if "does not support propagateSizeHints" in message:
         return
+    if kind == QtMsgType.QtFatalMsg:
+        report_startup_error(qt_fatal_summary(message, _PLATFORM_NOTES), "\n".join([*_PLATFORM_NOTES, message]))
+        return
+    if str(context.category or "").startswith("qt.qpa"):
+        _PLATFORM_NOTES.append(message)
+        if "xcb-cursor0 or libxcb-cursor0 is needed" in message and cursor_library_bundled():
+            return  # Qt says this whenever xcb fails; this installation has the library, so it is not the cause
     if sys.stderr is not None:
         sys.stderr.write(message + "\n")
 
@@ -256,14 +275,19 @@ def run_gui(
     self_test: bool,
     size: str | None = None,
     ticks: str | None = None,
+    more_images: list[str] | None = None,
 ) -> int:
-    """The ``hookscope`` window. Returns the process exit status."""
+    """The ``hookscope`` window (``image`` shown, ``more_images`` waiting in the image list). Returns the process
+    exit status."""
     if self_test:
         return run_self_test()
     kinds = parse_ticks(ticks) if ticks else ("forward", "backward")
     if screenshot:
         return take_screenshot(screenshot, image, model, weights, device, check,
                                parse_size(size) if size else SCREENSHOT_SIZE, kinds)
+    problem = display_problem()
+    if problem:  # QApplication would abort here with a misleading message and no window to show it in
+        return report_startup_error(problem)
     app = application()
     problems = []
     try:
@@ -271,9 +295,12 @@ def run_gui(
     except HookscopeError as error:
         name, problems = DEFAULT_MODEL, [str(error)]
     window = MainWindow(name, weights, device, image, checks=check, check_kinds=kinds)
+    if image is not None and more_images:
+        window.workspace.open_paths([image, *more_images])  # the first is shown, the rest wait in the list
     if size:
         window.resize(*parse_size(size))
     window.show()
+    close_splash()  # the window is up: the bootloader's splash (a bundle) goes
     if problems:
         QTimer.singleShot(0, lambda: window.show_error(problems[0]))
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl+C in the terminal ends the app

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app import __version__
 from app.core.resources import resource
+from app.ui.dialogs.licenses import show_licenses
 
 CREDITS = (
     "Sample photographs (CC0, as distributed with scikit-image): <i>Chelsea the cat</i> by Stefan van der Walt; "
@@ -35,6 +36,9 @@ def about_html() -> str:
         "<p>Look inside a PyTorch network: every tick is a real hook on the live model.</p>"
         f"<p>PyTorch {torch.__version__} · Qt for Python {pyside_version} · Python {platform.python_version()}</p>"
         f"<p><small>{CREDITS}</small></p>"
+        "<p><small>Hookscope is free software under the MIT licence. It includes PyTorch (BSD), Qt for Python "
+        "(LGPL 3.0: you may replace its Qt libraries), pyqtgraph (MIT), superqt (BSD), NumPy (BSD) and Pillow "
+        "(HPND); <b>Licences</b> shows every text.</small></p>"
     )
 
 
@@ -44,5 +48,9 @@ def show_about(parent: QWidget) -> QMessageBox:
     box.setWindowTitle("About Hookscope")
     box.setIconPixmap(app_icon().pixmap(96, 96))
     box.setText(about_html())
+    box.addButton(QMessageBox.StandardButton.Ok)
+    licences = box.addButton("Licences…", QMessageBox.ButtonRole.ActionRole)
+    licences.setObjectName("about.licences")
+    licences.clicked.connect(lambda: show_licenses(parent))
     box.open()
     return box

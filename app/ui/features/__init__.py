@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.ui.features.desktop_entry import DesktopEntryFeature
 from app.ui.features.grad_cam import GradCamFeature
 from app.ui.features.image_b import ImageBFeature
 from app.ui.features.input_settings import InputSettingsFeature
@@ -16,8 +17,8 @@ from app.ui.features.lessons import LessonsFeature
 from app.ui.features.load_cancel import LoadCancelFeature
 from app.ui.features.open_model import ModelFilesFeature
 from app.ui.features.session_files import SessionFilesFeature
-from app.ui.features.weights_download import WeightsDownloadFeature
 from app.ui.features.visualize import VisualizeFeature
+from app.ui.features.weights_download import WeightsDownloadFeature
 
 FEATURES: list[tuple[str, Callable]] = [
     ("weights_download", WeightsDownloadFeature),
@@ -31,4 +32,5 @@ FEATURES: list[tuple[str, Callable]] = [
     ("image_b", ImageBFeature),
     ("visualize", VisualizeFeature),  # tabbed with the input
     ("lessons", LessonsFeature),  # Help > Learn the hooks; tabbed with the predictions
+    ("desktop_entry", DesktopEntryFeature),  # Help > Add Hookscope to the applications menu (Linux)
 ]
