@@ -282,6 +282,36 @@ def _add_edits_to_manifest(folder: Path, manifest: dict, args: argparse.Namespac
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
+def _warn_non_finite(manifest: dict) -> None:
+    """NaN or inf in the weights, output or captures: one warning line (the manifest's non_finite has the detail).
+    The export itself succeeded (what the hooks saw is written, NaN included), so the exit status stays 0."""
+    from app.core.numeric import NumericReport
+
+    line = NumericReport.from_description(manifest.get("non_finite")).line()
+    if line:
+        print(f"hookscope: warning: {line}", file=sys.stderr)
+
+
+def _warn_non_finite_batch(images: list, root: Path, out: Path) -> None:
+    """After a batch: one warning line when any image's manifest says NaN or inf (the first one's sentence)."""
+    import json
+
+    from app.core.batch import folder_names
+    from app.core.numeric import NumericReport
+
+    found = []
+    for name in folder_names(images, root):
+        try:
+            described = json.loads((out / name / "manifest.json").read_text(encoding="utf-8")).get("non_finite")
+        except (OSError, ValueError):
+            continue  # skipped or not reached
+        if described:
+            found.append((name, NumericReport.from_description(described).line()))
+    if found:
+        print(f"hookscope: warning: {len(found)} of {len(images)} images gave NaN or inf (see non_finite in their "
+              f"manifest.json); {found[0][0]}: {found[0][1]}", file=sys.stderr)  # fmt: skip
+
+
 def _export_mode(args: argparse.Namespace) -> str:
     """Which of --image, --images and --session was given (exactly one must be)."""
     given = [name for name, value in (("--image", args.image), ("--images", args.images), ("--session", args.session)) if value]
@@ -326,6 +356,7 @@ def run_export(args: argparse.Namespace) -> int:
             top = result.top5[0] if result.top5 else None
             best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
             print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
+            _warn_non_finite(manifest)
     return 0
 
 
@@ -383,6 +414,7 @@ def run_export_batch(args: argparse.Namespace) -> int:
         print(f"hookscope: skipped: {reason}", file=sys.stderr)
     if not report.finished:
         raise HookscopeError(f"None of the {report.total} images could be read.")
+    _warn_non_finite_batch(images, folder, out)
     earlier = f", {len(report.resumed)} of them finished by an earlier run" if report.resumed else ""
     skipped = f"; {len(report.skipped)} skipped" if report.skipped else ""
     print(f"{report.finished} of {report.total} images written to {out}{earlier}{skipped}; summary: {report.summary_csv}")
@@ -437,6 +469,7 @@ def run_export_session(args: argparse.Namespace) -> int:
             top = result.top5[0] if result.top5 else None
             best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
             print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
+            _warn_non_finite(manifest)
     return 0
 
 

@@ -14,6 +14,7 @@ from PIL import Image
 from app.core.capture import RunResult
 from app.core.hooks import Record
 from app.core.models import LoadedModel
+from app.core.numeric import numeric_report
 from app.core.resources import apply_colormap
 from app.core.tree import module_tree
 from app.core.views import ChannelData, as_channels, grad_magnitude, mosaic
@@ -117,5 +118,8 @@ def build_manifest(result: RunResult, loaded: LoadedModel, *, image: str, kinds:
         # Output parts a gradient hook got nothing for (they have a forward record, no gradient record): why.
         "no_gradient": {m.key: m.reason for m in result.no_gradient if m.kind in kinds},
         "archives": {kind: ARCHIVES[kind] for kind in kinds},
+        # NaN or inf in the weights, the output, the input gradient or a capture (app/core/numeric.py); None when
+        # every number was finite.
+        "non_finite": numeric_report(loaded.module, result).describe(),
         "modules": modules,
     }

@@ -21,6 +21,7 @@ import os
 import pickletools
 import re
 import sys
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -179,6 +180,38 @@ def _some(items: list[str], limit: int = 3) -> str:
     return ", ".join(items[:limit]) + more
 
 
+def load_weights_only(path: str | os.PathLike) -> object:
+    """``torch.load(path, weights_only=True)`` on the CPU, quietly: PyTorch warns about files it is about to refuse
+    ("Detected pickle protocol 4 ..."), and Hookscope says what it makes of the file in its own one line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def weights_refusal(path: str | os.PathLike, error: BaseException) -> str:
+    """Why a file given as weights (``--weights FILE``) was not loaded, in our words.
+
+    PyTorch's own message advises re-running ``torch.load`` with ``weights_only=False``; that is exactly what must
+    not be done with a file from someone else, so it is never quoted. The explicit way to run a file's code is to
+    open it as a model, trusted.
+    """
+    objects = pickled_globals(Path(path))
+    shown = _interesting(objects or [])
+    if shown:
+        return (
+            f"'{path}' is not a plain weights file: it holds pickled Python objects ({_some(shown)}), and loading it "
+            "would run code from the file, so it was not loaded. If you trust its author, open it as a model "
+            "instead (--model-file PATH --trust)."
+        )
+    reason = _ANSI.sub("", first_line(error))
+    if "weights_only" in reason or "Weights only load failed" in reason:
+        reason = "PyTorch's safe loader cannot read it"
+    return f"'{path}' is not a weights file that can be loaded safely ({reason.rstrip('.')})."
+
+
 def open_model_file(
     path: str | os.PathLike,
     arch: str | None = None,
@@ -235,12 +268,12 @@ def open_model_file(
         )
 
     try:
-        data = torch.load(file, map_location="cpu", weights_only=True)
+        data = load_weights_only(file)
     except Exception as error:
         objects = pickled_globals(file)
         if objects is None:
             raise ModelError(
-                f"'{file}' could not be read as a PyTorch file ({first_line(error)}).", path=str(file)
+                f"'{file}' could not be read as a PyTorch file ({_ANSI.sub('', first_line(error))}).", path=str(file)
             ) from error
         shown = _interesting(objects) or objects
         if not trust:
@@ -299,6 +332,8 @@ def _trusted_load(file: Path) -> object:
             "model's state_dict with --arch NAME or a model.py:build factory.",
             path=str(file),
         ) from error
+    except SystemExit as error:  # code in the pickle called sys.exit(): not an exit of Hookscope
+        raise ModelError(f"Unpickling '{file}' raised SystemExit({error.code!r}).", path=str(file)) from error
     except AttributeError as error:
         match = re.search(r"Can't get attribute '([^']+)' on <module '([^']+)'", str(error))
         if match:
@@ -441,6 +476,12 @@ def _open_python(
     elif callable(target):
         try:
             result = target()
+        except SystemExit as error:  # sys.exit() in the factory must not end the command line or the window
+            raise ModelError(
+                f"The model file '{file}' raised SystemExit({error.code!r}) while building the model in {factory}(); "
+                "a factory must return the model, not exit.",
+                path=str(file),
+            ) from error
         except Exception as error:
             raise ModelError(
                 f"Calling {factory}() from '{file}' failed ({type(error).__name__}: {first_line(error)}).",

@@ -363,13 +363,12 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         raise ModelError(f"'{path}' is a folder, not a weights file.", path=str(path))
     if path.suffix.lower() == ".safetensors" or is_safetensors_file(path):
         return state_dict_from(_read_safetensors(path), path)
+    from app.core.model_files import load_weights_only, weights_refusal  # model_files imports this module
+
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        data = load_weights_only(path)
     except Exception as error:
-        raise ModelError(
-            f"'{path}' is not a weights file that loads safely with weights_only=True ({first_line(error)}).",
-            path=str(path),
-        ) from error
+        raise ModelError(weights_refusal(path, error), path=str(path)) from error
     return state_dict_from(data, path)
 
 
