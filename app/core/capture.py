@@ -90,15 +90,25 @@ def class_ranking(scores: torch.Tensor) -> torch.Tensor:
     return torch.sort(row, descending=True, stable=True).indices
 
 
+def check_target(target: Target, classes: int | None) -> None:
+    """Raise ``RunError`` when ``target`` names a class that a model with ``classes`` class scores (None: its
+    output holds none) does not have; "top1" always exists."""
+    if target == "top1":
+        return
+    if classes is None:
+        raise RunError(
+            f"Class {target} cannot be the target: the model's output holds no class scores (a (1, K) tensor, a "
+            "'logits' attribute or key, or a tuple that starts with one); use top1 for the sum of the output."
+        )
+    if not 0 <= int(target) < classes:
+        raise RunError(f"Class {target} does not exist: the model has {classes} classes (0-{classes - 1}).")
+
+
 def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None, str]:
     """The scalar to differentiate: a class logit for class scores, otherwise the sum of the output."""
     scores = class_scores(output)
+    check_target(target, None if scores is None else int(scores.shape[1]))
     if scores is None:
-        if target != "top1":
-            raise RunError(
-                f"Class {target} cannot be the target: the model's output holds no class scores (a (1, K) tensor, a "
-                "'logits' attribute or key, or a tuple that starts with one); use top1 for the sum of the output."
-            )
         total = sum(t.sum() for _, t in tensor_leaves(output) if t.is_floating_point())
         if not isinstance(total, torch.Tensor):
             raise RunError("The model's output holds no floating-point tensor to differentiate.")
@@ -107,8 +117,6 @@ def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None
         index = int(class_ranking(scores)[0])
         return scores[0, index], index, f"top-1 logit (class {index})"
     index = int(target)
-    if not 0 <= index < scores.shape[1]:
-        raise RunError(f"Class {index} does not exist: the model has {scores.shape[1]} classes (0-{scores.shape[1] - 1}).")
     return scores[0, index], index, f"logit of class {index}"
 
 

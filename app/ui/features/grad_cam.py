@@ -26,6 +26,8 @@ FEATURE_ID = "grad_cam"
 DOCK_ID = "grad_cam"
 CAM_COLORMAP = "inferno"
 PROMPT = "Right-click a module (or a channel tile) and choose Grad-CAM."
+# The scale, said where the map is shown (app.core.cam.grad_cam: pytorch-grad-cam's min-max scaling).
+SCALE_TEXT = "Scale: each map from its minimum (0) to its maximum (1), as pytorch-grad-cam does."
 
 
 class GradCamFeature:
@@ -63,6 +65,10 @@ class GradCamFeature:
         self.note = QLabel("")
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
+        self.scale_note = QLabel(SCALE_TEXT)
+        self.scale_note.setObjectName("muted")
+        self.scale_note.setWordWrap(True)
+        self.view.setToolTip(SCALE_TEXT)
         top = QHBoxLayout()
         top.addWidget(QLabel("Module"))
         top.addWidget(self.module_box, 1)
@@ -75,6 +81,7 @@ class GradCamFeature:
         layout.addLayout(top)
         layout.addWidget(self.view, 1)
         layout.addLayout(opacity_row)
+        layout.addWidget(self.scale_note)
         layout.addWidget(self.note)
 
         self.dock = host.add_dock(
@@ -190,7 +197,8 @@ class GradCamFeature:
         zero = float(cam.max(initial=0.0)) == 0.0
         notes = (
             self._tick_note,
-            "The map is zero everywhere: the channels' weighted sum is negative at every position." if zero else "",
+            "The map is zero everywhere: the channels' weighted sum is negative (or the same) at every position, so "
+            "no place stands out." if zero else "",
         )
         self.note.setText(" ".join(t for t in notes if t))
         self._redraw()

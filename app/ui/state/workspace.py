@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.capture import check_target
 from app.core.devices import available_devices
-from app.core.errors import DeviceError, HookscopeError, ImageError
+from app.core.errors import DeviceError, HookscopeError, ImageError, RunError
 from app.core.hooks import HookInfo, HookRegistry
 from app.core.images import Preprocess
 from app.core.interventions import Intervention
@@ -396,7 +397,17 @@ class Workspace(QObject):
         self._hooks_changed([])
 
     def set_target(self, target: int | str) -> None:
-        """Take gradients of class ``target`` (an index) or of the top-1 class (``"top1"``), and run again."""
+        """Take gradients of class ``target`` (an index) or of the top-1 class (``"top1"``), and run again.
+
+        A class the model does not have (the last run's class count says so) is an error message; the target and
+        the results on screen stay as they were."""
+        if self.last is not None:
+            scores = self.last.result.scores
+            try:
+                check_target(target, int(scores.shape[1]) if scores is not None else None)
+            except RunError as error:
+                self.error.emit(str(error), True)
+                return
         self.target = target
         self._dirty = True
         self.target_changed.emit(target)
@@ -528,6 +539,10 @@ class Workspace(QObject):
         if survey is not None and not survey.run_of(path).ran:
             return f"No record: this module {NOT_RUN_REASON}."
         if kind in ("backward", "tensor"):
+            missing = self.last.result.no_gradient if self.last is not None else []
+            why = [m.reason for m in missing if (m.path, m.kind) == (path, kind)]
+            if why:
+                return f"No record: no gradient reached this module's output: {why[0]}."
             return "No record: no gradient reached this module's output on the way to the target."
         if kind == "pre":
             return "No record: this module received no tensor input."
