@@ -111,6 +111,10 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     export.add_argument("--out", default="hookscope-out", help="output folder (default: hookscope-out)")
     export.add_argument("--no-png", action="store_true", help="skip the PNG mosaics")
     export.add_argument(
+        "--script", metavar="OUT.py",
+        help="also write a standalone Python script that redoes the run in plain PyTorch (with --image or --session)",
+    )  # fmt: skip
+    export.add_argument(
         "--edit",
         action="append",
         metavar="SPEC",
@@ -322,6 +326,12 @@ def _export_mode(args: argparse.Namespace) -> str:
     for flag, value in (("--recursive", args.recursive), ("--resume", args.resume)):
         if value and given[0] != "--images":
             raise HookscopeError(f"{flag} goes with --images DIR.")
+    if getattr(args, "script", None):
+        if given[0] == "--images":
+            raise HookscopeError("--script goes with --image or --session (a script redoes one image's run).")
+        from app.core.script_export import check_script_path
+
+        check_script_path(args.script)
     for flag, value in (("--edit", getattr(args, "edit", None)), ("--model-file", getattr(args, "model_file", None))):
         if value and given[0] == "--session":
             raise HookscopeError(f"{flag} cannot be combined with --session: the session names its own.")
@@ -357,6 +367,7 @@ def run_export(args: argparse.Namespace) -> int:
             best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
             print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
             _warn_non_finite(manifest)
+        _write_script(args, loaded, registry, args.image[0], args.target, args.device)
     return 0
 
 
@@ -378,6 +389,19 @@ def _batch_progress(report_every: float = 0.2):
         sys.stderr.flush()
 
     return show
+
+
+def _write_script(args: argparse.Namespace, loaded, registry, image: str, target, device: str) -> None:
+    """--script OUT.py: the run of ``image`` as a standalone PyTorch script (written after the run, so that the hooks
+    are the ones the run used: a full backward hook or its tensor-hook fallback)."""
+    if not getattr(args, "script", None):
+        return
+    from app.core.script_export import standalone_script, write_script
+
+    write_script(args.script, standalone_script(loaded, registry, image=image, target=target, device=device,
+                                                what="hookscope export"))
+    print(f"hookscope: script that redoes the run of {image} in plain PyTorch: {args.script} "
+          f"(python {args.script} --save captures.npz)", file=sys.stderr)
 
 
 def run_export_batch(args: argparse.Namespace) -> int:
@@ -461,6 +485,8 @@ def run_export_session(args: argparse.Namespace) -> int:
                 loaded, registry, image, device=device, target=session.target, others=others,
                 baseline=bool(edits.edit),
             )  # fmt: skip
+            if name == images[0]:
+                _write_script(args, loaded, registry, name, session.target, device)
             manifest = write_run(
                 result, loaded, folder, image=name, kinds=session.kinds, png=not args.no_png,
                 colormap=session.colormap, scaling=session.scaling,

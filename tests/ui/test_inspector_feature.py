@@ -10,7 +10,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.core.hooks import FALLBACK, HookInfo
 from app.core.interventions import Intervention
-from app.core.snippets import registry_script, snippet_for
+from app.core.script_export import standalone_script
+from app.core.snippets import snippet_for
 from app.ui.features.inspector import DOCK_ID, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
 
 RUN_TIMEOUT_MS = 120_000
@@ -76,7 +77,9 @@ def test_it_counts_the_live_handles_and_copies_each_hooks_code(inspector, worksp
 
     qtbot.mouseClick(inspector.copy_all_button, Qt.MouseButton.LeftButton)
     script = QApplication.clipboard().text()
-    assert script == registry_script(registry)
+    space = workspace  # the run on screen as a standalone script (tests/ui/test_script_copy.py runs one)
+    assert script == standalone_script(space.loaded, registry, image=space.image.path, target=space.target,
+                                       device=space.device, what="the hook inspector")
     compile(script, "<hookscope script>", "exec")  # runnable Python, not just text
 
 

@@ -3,8 +3,9 @@
 It lists ``registry.live_hooks()`` (module, kind, the PyTorch method, whether it reads or edits, and the engine's
 note where it used a fallback), counts the handles, removes one hook or all of them through the workspace (an
 untick for a capture hook, so the tree and the panels follow), and shows ``snippet_for`` of the selected hook,
-copyable, with ``registry_script`` for all of them: what was done in the window, redone in a script. Its dock shares
-a tab stack with the Interventions; Hooks > Hook inspector (Ctrl+I) brings it to the front.
+copyable, and **Copy whole script**: ``standalone_script``, a file that runs on its own (the same model, weights, image,
+preprocessing, hooks and edits, forward and backward to the same target): what was done in the window, redone in
+a script. Its dock shares a tab stack with the Interventions; Hooks > Hook inspector (Ctrl+I) brings it to the front.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.errors import HookscopeError
 from app.core.hooks import FALLBACK, HookInfo
-from app.core.snippets import registry_script, snippet_for
+from app.core.script_export import standalone_script
+from app.core.snippets import snippet_for
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.workspace import Workspace
@@ -99,7 +102,8 @@ class InspectorFeature:
         self.copy_button.setToolTip("Copy this hook's code to the clipboard")
         self.copy_button.clicked.connect(self.copy_snippet)
         self.copy_all_button = QPushButton("Copy whole script")
-        self.copy_all_button.setToolTip("Every live hook as one runnable script (set `model` first)")
+        self.copy_all_button.setToolTip("A standalone Python script that redoes this run: the model and its weights, the "
+                                        "image and its preprocessing, every hook and edit, forward and backward")
         self.copy_all_button.clicked.connect(self.copy_script)
         buttons = QHBoxLayout()
         buttons.addWidget(self.copy_button)
@@ -248,12 +252,21 @@ class InspectorFeature:
         return text
 
     def copy_script(self) -> str:
-        registry = self.workspace.registry
-        if registry is None:
+        """The run on screen as a standalone script (``app.core.script_export``), on the clipboard."""
+        space = self.workspace
+        registry, loaded = space.registry, space.loaded
+        if registry is None or loaded is None:
             return ""
-        text = registry_script(registry)
+        image = space.image.path if space.image is not None else None  # pasted pixels have no file: --image then
+        try:
+            text = standalone_script(loaded, registry, image=image, target=space.target, device=space.device,
+                                     what="the hook inspector")
+        except HookscopeError as error:
+            self.host.show_error(str(error), dialog=False)
+            return ""
         QApplication.clipboard().setText(text)
-        self.host.show_status(f"Copied a script of {len(self.infos)} hooks.", 3000)
+        self.host.show_status(f"Copied a script that redoes this run with its {len(self.infos)} hooks "
+                              "(python script.py --save captures.npz).", 5000)
         return text
 
     # ---- removing -----------------------------------------------------------------------------------------------
