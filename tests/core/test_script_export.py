@@ -171,3 +171,29 @@ def test_script_errors_are_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "hookscope: error: --script goes with --image or --session (a script redoes one image's run).")
     assert not (tmp_path / "x.py").exists()
+
+
+def test_a_session_with_its_own_preprocessing(tmp_path, capsys):
+    """A session's own preprocessing (resize, crop, mean and std the user set in the window) reaches the script."""
+    from dataclasses import replace
+
+    from app.core.models import load_model
+    from app.core.session import save_session, session_from
+
+    loaded = load_model("resnet18", "none", seed=4)
+    loaded.preprocess = replace(loaded.preprocess, resize=150, crop=128, mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3),
+                                interpolation="bicubic")
+    image = _picture(tmp_path / "photo.png", 5, (200, 130))
+    hooks = [("conv1", "forward"), ("layer1.0.relu", "backward"), ("layer3", "pre"), ("layer4.0.conv2", "tensor")]
+    save_session(session_from(loaded, hooks, [image], target=9, edits=["scale:layer2:0.5"]), tmp_path / "s.json")
+    out, script = tmp_path / "out", tmp_path / "redo.py"
+    assert main(["export", "--session", str(tmp_path / "s.json"), "--no-png", "--out", str(out),
+                 "--script", str(script)]) == 0
+    capsys.readouterr()
+    text = script.read_text()
+    assert "RESIZE = 150" in text and "CROP = 128" in text and "MEAN = [0.5, 0.4, 0.3]" in text
+    assert "INTERPOLATION = 'bicubic'" in text and "SEED = 4" in text and "TARGET = 9" in text
+    _run_script(script, tmp_path / "captures.npz", tmp_path)
+    expected = _exported(out)
+    assert expected["input"].shape == (1, 3, 128, 128)
+    assert _compare(tmp_path / "captures.npz", expected) <= 1e-6
