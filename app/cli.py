@@ -448,12 +448,12 @@ def run_export_batch(args: argparse.Namespace) -> int:
 def run_export_session(args: argparse.Namespace) -> int:
     """--session FILE: the saved model, weights, preprocessing, hooks, edits, target and images, headlessly."""
     from app.core.devices import resolve_device
-    from app.core.errors import DeviceError
+    from app.core.errors import DeviceError, ImageError
     from app.core.export import write_run
     from app.core.hooks import HookRegistry
     from app.core.images import read_image
     from app.core.pipeline import ModelSource, open_model, run_image
-    from app.core.session import apply_session_edits, load_session, register_session_hooks
+    from app.core.session import apply_session_edits, load_session, register_session_hooks, session_survey
 
     session, problems = load_session(args.session)
     # The one line that matters when the session cannot run (its model or weights file is missing); raised
@@ -463,19 +463,30 @@ def run_export_session(args: argparse.Namespace) -> int:
         print(f"hookscope: {line}", file=sys.stderr)
     images = session.found_images()
     if not images:
-        raise HookscopeError("None of the session's images was found; there is nothing to run.")
+        raise HookscopeError("None of the session's images could be used; there is nothing to run.")
     device = session.device
     try:
         resolve_device(device)
     except DeviceError:
         print(f"hookscope: the session's device '{device}' is not available here; running on the CPU.", file=sys.stderr)
         device = "cpu"
-    pictures = [read_image(path) for path in images]
+    pictures = []
+    for path in list(images):  # one that passed the header check but cannot be decoded: a line, the rest runs
+        try:
+            pictures.append(read_image(path))
+        except ImageError as error:
+            print(f"hookscope: {error} The rest of the session was restored.", file=sys.stderr)
+            images.remove(path)
+    if not images:
+        raise HookscopeError("None of the session's images could be used; there is nothing to run.")
     loaded = open_model(source)
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     with HookRegistry(loaded.module) as registry:
         lines = register_session_hooks(registry, session)
+        survey = session_survey(loaded.module, session, loaded.preprocess)
+        if survey is not None:  # the edits' channels are checked against it: a bad one is a line, not a failed run
+            registry.adopt_survey(survey)
         edit_lines, others = apply_session_edits(registry, session, loaded.preprocess)
         for line in lines + edit_lines:
             print(f"hookscope: {line}", file=sys.stderr)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -130,9 +132,8 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def read_image(path: str | os.PathLike) -> Image.Image:
-    """Read an image file as RGB, upright per EXIF; any problem is one :class:`ImageError` line, with ``path``
-    (as given) in its ``path`` field."""
+def _check_file(path: str | os.PathLike) -> None:
+    """The problems a file has before Pillow sees it: missing, a folder, empty, not openable."""
     if not os.path.exists(path):
         raise _fail(path, "the file does not exist.")
     if os.path.isdir(path):
@@ -143,21 +144,14 @@ def read_image(path: str | os.PathLike) -> Image.Image:
     except OSError as error:
         raise _fail(path, f"the file cannot be opened ({error.strerror or type(error).__name__}).") from error
 
+
+@contextmanager
+def _reading(path: str | os.PathLike) -> Iterator[None]:
+    """Pillow's many failures as one :class:`ImageError` line each (decompression bombs included)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
-            with Image.open(path) as opened:
-                opened.load()
-                try:
-                    upright = ImageOps.exif_transpose(opened)
-                except Exception:  # noqa: BLE001 - a broken EXIF block must not make the picture unreadable
-                    upright = opened
-                if upright is None:
-                    upright = opened
-                try:
-                    return _to_rgb(upright)
-                except (ValueError, OSError) as error:
-                    raise _fail(path, f"its colour mode '{upright.mode}' is not supported.") from error
+            yield
         except ImageError:
             raise
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
@@ -172,6 +166,34 @@ def read_image(path: str | os.PathLike) -> Image.Image:
             raise _fail(path, "there is not enough memory to load it.") from error
         except Exception as error:  # noqa: BLE001 - Pillow reports damaged files with many exception types
             raise _fail(path, "the file is truncated or corrupt.") from error
+
+
+def read_image(path: str | os.PathLike) -> Image.Image:
+    """Read an image file as RGB, upright per EXIF; any problem is one :class:`ImageError` line, with ``path``
+    (as given) in its ``path`` field."""
+    _check_file(path)
+    with _reading(path), Image.open(path) as opened:
+        opened.load()
+        try:
+            upright = ImageOps.exif_transpose(opened)
+        except Exception:  # noqa: BLE001 - a broken EXIF block must not make the picture unreadable
+            upright = opened
+        if upright is None:
+            upright = opened
+        try:
+            return _to_rgb(upright)
+        except (ValueError, OSError) as error:
+            raise _fail(path, f"its colour mode '{upright.mode}' is not supported.") from error
+
+
+def probe_image(path: str | os.PathLike) -> tuple[int, int]:
+    """The image's (width, height) from its header, without decoding it: cheap whatever the file's size (a 3 GB
+    file that is no image is refused after reading its first bytes). Raises the :class:`ImageError` that
+    :func:`read_image` would for a missing file, a non-image or a decompression bomb; a file whose pixels are
+    damaged further in passes here and fails when read."""
+    _check_file(path)
+    with _reading(path), Image.open(path) as opened:
+        return opened.size
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -21,14 +22,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import HookscopeError
+from app.core.errors import HookscopeError, ImageError
 
 if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
     from collections.abc import Mapping
 
+    from torch import nn
+
     from app.core.hooks import HookRegistry
+    from app.core.images import Preprocess
     from app.core.models import LoadedModel
     from app.core.pictures import PanelSettings
+    from app.core.tree import ModelSurvey
 
 SESSION_VERSION = 1
 SESSION_FORMAT = "hookscope-session"
@@ -56,6 +61,9 @@ class Session:
     ui: dict[str, Any] = field(default_factory=dict)  # window state, opaque to the engine
     # Filled by load_session, never saved: files the session names that were not found here.
     missing: list[str] = field(default_factory=list, compare=False)
+    # Filled by load_session, never saved: images found here that are not readable images (/etc/passwd, a 3 GB file
+    # of zeros); listed as problems, left out of found_images.
+    unreadable: list[str] = field(default_factory=list, compare=False)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -64,8 +72,9 @@ class Session:
         return tuple(kind for kind in KNOWN_KINDS if kind in used)
 
     def found_images(self) -> list[str]:
-        """The session's images that exist here (a moved one is left out; its problem line says so)."""
-        return [image for image in self.images if image not in self.missing]
+        """The session's images that exist here and are images (a moved or unreadable one is left out; its problem
+        line says so)."""
+        return [image for image in self.images if image not in self.missing and image not in self.unreadable]
 
     def blocking_problem(self) -> str | None:
         """Why the session cannot be run at all (its model or weights file is missing), or None."""
@@ -237,6 +246,15 @@ def _changed(path: str, saved: str | None) -> bool:
     return bool(saved) and file_sha256(path) != saved
 
 
+def _entries(data: dict[str, Any], key: str, problems: list[str]) -> list[Any]:
+    """The list under ``key`` (empty when absent); anything else there is one problem line."""
+    value = data.get(key, [])
+    if isinstance(value, list):
+        return value
+    problems.append(f"The session's {key} are not a list; none was restored.")
+    return []
+
+
 def load_session(path: str | os.PathLike) -> tuple[Session, list[str]]:
     """Read a session; return it with one readable line per problem (moved or changed files, unknown values).
 
@@ -251,18 +269,48 @@ def load_session(path: str | os.PathLike) -> tuple[Session, list[str]]:
         reason = getattr(error, "strerror", None) or type(error).__name__
         raise HookscopeError(f"Cannot read session file '{source}': {reason}.", path=str(source)) from error
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise HookscopeError(
             f"'{source}' is not a Hookscope session: invalid JSON at line {error.lineno}, column {error.colno}.",
             path=str(source),
         ) from None
+    except (ValueError, RecursionError) as error:  # 1e999, NaN, a 5000-digit number; nesting deeper than Python's stack
+        reason = "it is nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise HookscopeError(f"'{source}' is a damaged Hookscope session ({reason}).", path=str(source)) from None
     if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT or not isinstance(data.get("model"), dict):
         raise HookscopeError(f"'{source}' is not a Hookscope session file.", path=str(source))
     try:
         return _session_of(data, Path(os.path.abspath(source)).parent)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
-        raise HookscopeError(f"'{source}' is a damaged Hookscope session ({error}).", path=str(source)) from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError) as error:
+        reason = "it is nested too deeply" if isinstance(error, RecursionError) else _short(error)
+        raise HookscopeError(f"'{source}' is a damaged Hookscope session ({reason}).", path=str(source)) from None
+
+
+def _finite_float(text: str) -> float:
+    """JSON numbers as floats, refusing those a float cannot hold (1e999 would become inf)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {_short(text)} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    """NaN, Infinity and -Infinity are not JSON; Python's parser accepts them, a session must not."""
+    raise ValueError(f"{name} is not a number a session can hold")
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """A value or message cut to ``limit`` characters: the line about a damaged file must stay one short line."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seed(value: object) -> int:
+    seed = int(value)  # type: ignore[call-overload]
+    if not -(2**63) <= seed < 2**64:  # what torch.manual_seed takes
+        raise ValueError(f"the seed {_short(seed, 24)} is out of range")
+    return seed
 
 
 def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
@@ -276,7 +324,7 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
 
     saved_model = data["model"]
     model = {k: v for k, v in saved_model.items() if k not in ("file", "weights")}
-    model["seed"] = int(model.get("seed", 0))
+    model["seed"] = _seed(model.get("seed", 0))
     if saved_model.get("file") is not None:
         found, sha256, ok = _resolve(saved_model["file"], base)
         model["path"] = found
@@ -310,21 +358,42 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
     preprocessing = data.get("preprocessing")
     session.preprocessing = dict(preprocessing) if isinstance(preprocessing, dict) else None
 
-    for entry in data.get("hooks", []):
-        module, kind = str(entry[0]), str(entry[1])
+    # Each hooks, edits and images entry on its own: a malformed one is a problem line, the others are restored.
+    for entry in _entries(data, "hooks", problems):
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, str) for v in entry)):
+            problems.append(f"Hooks entry {_short(repr(entry))} is not [module, kind]; it was not restored.")
+            continue
+        module, kind = entry
         if kind in KNOWN_KINDS:
             session.hooks.append((module, kind))
         else:
             problems.append(f"Hook kind '{kind}' on '{module}' is unknown; that hook was not restored.")
-    session.edits = [str(edit) for edit in data.get("edits", [])]
+    for entry in _entries(data, "edits", problems):
+        if isinstance(entry, str):
+            session.edits.append(entry)
+        else:
+            problems.append(f"Edits entry {_short(repr(entry))} is not an edit spec; it was not restored.")
 
-    for ref in data.get("images", []):
-        found, sha256, ok = _resolve(ref, base)
+    for ref in _entries(data, "images", problems):
+        try:
+            found, sha256, ok = _resolve(ref, base)
+        except ValueError:
+            problems.append(f"Images entry {_short(repr(ref))} is not a file entry; it was not restored.")
+            continue
         session.images.append(found)
         if not ok:
             session.missing.append(found)
             problems.append(f"Image '{found}' was not found (it may have moved); the rest of the session was restored.")
-        elif _changed(found, sha256):
+            continue
+        from app.core.images import probe_image  # Pillow and torchvision: only once there is an image to check
+
+        try:
+            probe_image(found)  # the header only: a 3 GB file of zeros is refused after its first bytes
+        except ImageError as error:
+            session.unreadable.append(found)
+            problems.append(f"{error} The rest of the session was restored.")
+            continue
+        if _changed(found, sha256):  # hashed only once known to be an image
             problems.append(f"Image '{found}' has changed since the session was saved (its SHA-256 differs).")
 
     target = data.get("target", "top1")
@@ -424,6 +493,39 @@ DISABLED_EDIT = "#"  # an edit kept in the session but switched off: "#zero:laye
 def edit_specs(registry: HookRegistry) -> list[str]:
     """The registry's edits as session strings, in the order added; a disabled edit is prefixed with '#'."""
     return [("" if edit.enabled else DISABLED_EDIT) + edit.spec for _, edit, _ in registry.edits()]
+
+
+def session_survey(module: nn.Module, session: Session, preprocess: Preprocess) -> ModelSurvey | None:
+    """A survey of ``module`` on a blank input of ``preprocess``'s size, for ``registry.adopt_survey`` before
+    :func:`apply_session_edits`: with it the registry checks each edit's channels against the module's output, so an
+    edit whose channel does not exist is a problem line instead of a failed run.
+
+    Runs the model once (never on a GUI thread: the window does this in the worker that loads the session's model).
+    None when no edit needs the check (channels, or a full backward hook that an in-place operation would break),
+    or when the model cannot run on a blank input (the real run will say why).
+    """
+    import torch
+
+    from app.core.interventions import parse_edit
+    from app.core.tree import survey
+
+    def needs_survey(text: str) -> bool:
+        try:
+            edit = parse_edit(text.removeprefix(DISABLED_EDIT))
+        except HookscopeError:
+            return False  # a bad spec is a problem line of its own
+        return bool(edit.channels) or edit.kind == "scale-grad-input"
+
+    if not any(needs_survey(text) for text in session.edits):
+        return None
+
+    channels = 1 if preprocess.channels == 1 else 3
+    blank = torch.zeros(1, channels, preprocess.crop, preprocess.crop)
+    device = next(module.parameters(), torch.empty(0)).device
+    try:
+        return survey(module, blank.to(device))
+    except Exception:  # noqa: BLE001 - the model's own failure: reported by the run that follows
+        return None
 
 
 def apply_session_edits(

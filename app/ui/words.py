@@ -16,6 +16,7 @@ _WINDOW_WORDS = (
     ("the state_dict with --arch NAME", "the state_dict and choose its architecture"),
     (" with --arch NAME", ""),
     ("pass --trust if you trust its author", "confirm that you trust its author"),
+    ("(--model-file PATH --trust)", "(File > Open model…, then confirm that you trust its author)"),
 )
 
 

@@ -15,6 +15,7 @@ from app.ui.features.inspector import InspectorFeature
 from app.ui.features.interventions import InterventionsFeature
 from app.ui.features.lessons import LessonsFeature
 from app.ui.features.load_cancel import LoadCancelFeature
+from app.ui.features.numeric_health import NumericHealthFeature
 from app.ui.features.open_model import ModelFilesFeature
 from app.ui.features.session_files import SessionFilesFeature
 from app.ui.features.visualize import VisualizeFeature
@@ -22,6 +23,7 @@ from app.ui.features.weights_download import WeightsDownloadFeature
 
 FEATURES: list[tuple[str, Callable]] = [
     ("weights_download", WeightsDownloadFeature),
+    ("numeric_health", NumericHealthFeature),  # the NaN / inf banner above the panels
     ("sessions", SessionFilesFeature),  # before model files: a dropped session opens as a session
     ("model_files", ModelFilesFeature),
     ("load_cancel", LoadCancelFeature),  # Cancel for a model load that takes long (or never ends)

@@ -38,7 +38,9 @@ from app.core.session import (
     save_session,
     session_from,
     session_panel_settings,
+    session_survey,
 )
+from app.core.tree import ModelSurvey
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.session_problems import show_session_problems
 from app.ui.dialogs.trust_dialog import ask_trust
@@ -195,6 +197,9 @@ class SessionFilesFeature(QObject):
 
         def work() -> LoadedModel:  # on the worker thread
             loaded = open_model(source, hash_file=True)  # the hash a later save records
+            # The model runs once on a blank input here, off the GUI thread, so that an edit whose channel does not
+            # exist is a problem line when the edits are restored, not a failed first run.
+            pending["survey"] = session_survey(loaded.module, session, loaded.preprocess)
             pending["loaded"] = loaded
             return loaded
 
@@ -228,10 +233,15 @@ class SessionFilesFeature(QObject):
         pending, self._pending = self._pending, None
         if pending is not None and pending.get("loaded") is outcome.loaded:
             # After the workspace has carried the old ticks over (it does so right after this signal).
-            QTimer.singleShot(0, lambda: self._apply_rest(pending["session"], pending["problems"]))
+            QTimer.singleShot(0, lambda: self._apply_rest(pending["session"], pending["problems"],
+                                                          pending.get("survey")))
 
-    def _apply_rest(self, session: Session, problems: list[str]) -> None:
-        """Everything but the model: panel settings, ticks, edits, device, target, images; then one run."""
+    def _apply_rest(self, session: Session, problems: list[str], survey: ModelSurvey | None = None) -> None:
+        """Everything but the model: panel settings, ticks, edits, device, target, images; then one run.
+
+        ``survey``: the session's model surveyed in the loading worker (``session_survey``); with it (or the survey
+        of the model on screen) an edit the model cannot take is a problem line, and the rest is restored.
+        """
         space = self.workspace
         problems = list(problems)
         registry = space.registry
@@ -256,6 +266,8 @@ class SessionFilesFeature(QObject):
         space.set_ticked(wanted, True)
 
         space.remove_all_edits(rerun=False)
+        if survey is not None and registry.survey is None:
+            registry.adopt_survey(survey)
         if session.edits:
             preprocess = space.loaded.preprocess
             space.restore_edits(lambda registry: problems.extend(apply_session_edits(registry, session,
@@ -267,15 +279,16 @@ class SessionFilesFeature(QObject):
                 problems.append(f"Device '{session.device}' is not available here; running on {space.device}.")
         space.set_target(session.target)
 
+        usable = session.found_images()  # not moved, and images (an unreadable one is a problem line already)
         first = session.images[0] if session.images else None
-        if first is not None and first not in session.missing:
+        if first is not None and first in usable:
             listed = [str(p) for p in session.ui.get("image_list", []) if os.path.isfile(str(p))]
             if first in listed:
                 space.open_paths(listed)
                 space.select_image(listed.index(first))
             else:
                 space.open_paths([first])
-        second = session.images[1] if len(session.images) > 1 and session.images[1] not in session.missing else None
+        second = session.images[1] if len(session.images) > 1 and session.images[1] in usable else None
         space.set_image_b(ImageSource.from_path(second) if second is not None else None)
         space.run_again()
         self._report(problems)

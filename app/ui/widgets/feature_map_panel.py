@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
+from app.core.numeric import count_non_finite
 from app.core.pictures import KIND_LABELS, VIEWS, PanelPicture, PanelSettings, shape_text
 from app.core.resources import COLORMAPS, colormap_lut
 from app.ui.state.rendering import rendered_for
@@ -446,6 +447,11 @@ class FeatureMapPanel(QFrame):
     @staticmethod
     def _flat_text(picture: PanelPicture) -> str:
         """Why a panel shows no picture: every value is the same."""
+        broken = count_non_finite(picture.key, picture.record.tensor) if picture.record is not None else None
+        if broken is not None:  # NaN or inf, drawn as 0: not an all-zero gradient, and not an untrained head
+            return (f"{broken.words[0].upper()}{broken.words[1:]} here (drawn as 0): the numbers broke down before "
+                    "this point.\n(NaN or inf in the weights, or values that overflowed: the banner above the "
+                    "panels says which.)")
         if picture.is_gradient and picture.high == 0.0:
             return ("Every gradient here is 0: nothing in this output changes the target score.\n"
                     "(An untrained model with a zero-initialised head, such as torchvision's ViT, does this.)")
