@@ -211,8 +211,13 @@ def _stream(
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as error:
+        if 300 <= error.code < 400:  # urllib gave up following redirects: a loop, or a chain longer than 10
+            raise WeightsDownloadError(
+                f"The server {host} sends the address of {filename} round in a redirect loop, so nothing was "
+                f"downloaded; try again later or use another mirror (${WEIGHTS_URL_ENV})."
+            ) from error
         raise WeightsDownloadError(
-            f"The server {host} answered '{error.code} {error.reason}' for {filename}"
+            f"The server {host} answered '{error.code} {_reason(error.reason)}' for {filename}"
             + (f" (is ${WEIGHTS_URL_ENV} right?)." if os.environ.get(WEIGHTS_URL_ENV) else ".")
         ) from error
     except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
@@ -221,6 +226,17 @@ def _stream(
         if isinstance(cause, ssl.SSLError):  # reachable, but not trusted: not an offline problem
             raise WeightsDownloadError(
                 f"Could not download {label} from {host}: the secure connection failed ({reason})."
+            ) from error
+        # Reached, but what answered is not a web server that serves the file: not an offline problem either.
+        if isinstance(cause, http.client.RemoteDisconnected):
+            raise WeightsDownloadError(
+                f"The server {host} closed the connection without an answer, so nothing was downloaded; try again "
+                f"later, or check the address (or ${WEIGHTS_URL_ENV})."
+            ) from error
+        if isinstance(cause, http.client.HTTPException):
+            raise WeightsDownloadError(
+                f"The server {host} answered with something that is not HTTP ({_printable(str(cause))}), so nothing "
+                f"was downloaded: is the address (or ${WEIGHTS_URL_ENV}) right?"
             ) from error
         raise WeightsDownloadError(
             f"Could not reach {host} to download {label} ({reason}): you appear to be offline; connect to the "
@@ -351,6 +367,12 @@ def _reason(error: object) -> str:
         text = str(error).strip().splitlines()
         return text[0] if text else type(error).__name__
     return str(error)
+
+
+def _printable(text: str, limit: int = 40) -> str:
+    """What a server sent, safe for one line of text: control bytes as '?', at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else "?" for c in text.strip().strip("'\""))
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def _mb(count: int) -> str:
