@@ -9,6 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
+from app.core.blame import ModelRaised
 from app.core.capture import RunCancelled, capture_run
 from app.core.errors import HookscopeError, RunError
 from app.core.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
@@ -154,7 +155,7 @@ def test_no_handle_left_after_untick_switch_and_failed_run(resnet18, image_tenso
     assert [h.method for h in registry.handles() if h.kind == "backward"] == [FALLBACK]
     # a run that raises inside the model (a one-channel image into a three-channel conv) leaves only the ticks
     with_ticks = hook_counts(resnet18)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ModelRaised, match="forward pass: RuntimeError"):  # the model's failure, not a bug of ours
         capture_run(resnet18, registry, torch.randn(1, 1, 64, 64))
     assert hook_counts(resnet18) == with_ticks
     # a run that raises after the forward pass (bad target) likewise
