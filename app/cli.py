@@ -89,7 +89,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     )
     _add_model_options(gui, default_weights="default")
     gui.add_argument("--screenshot", metavar="OUT.png", help="save a screenshot of the window after the run and exit")
-    gui.add_argument("--check", type=_csv, metavar="PATH,PATH", help="modules to tick for activations and gradients")
+    gui.add_argument("--check", type=_csv, metavar="PATH,PATH", help="modules to tick (in the --ticks columns)")
+    gui.add_argument("--ticks", metavar="act,in,grad", help="which columns --check ticks (default: act,grad)")
+    gui.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1366x768 (for --screenshot too)")
     gui.add_argument("--self-test", action="store_true", help="run the app offscreen end to end and report")
     gui.add_argument("--install-desktop-entry", action="store_true",
                      help="add this installation to the desktop's applications menu (Linux) and exit")
@@ -768,6 +770,8 @@ def run_window(args: argparse.Namespace) -> int:
         screenshot=args.screenshot,
         check=args.check,
         self_test=args.self_test,
+        size=args.size,
+        ticks=args.ticks,
     )
 
 
