@@ -21,6 +21,7 @@ from app.ui.actions.specs import ActionSpec
 ModuleMenuEntries = Callable[[QMenu, str], None]  # adds entries for the module at a path
 TileMenuEntries = Callable[[QMenu, PanelPicture, int], None]  # adds entries for one channel tile
 DropHandler = Callable[[list[str]], list[str]]  # opens the paths it knows, returns the rest
+ChannelListener = Callable[[PanelPicture, int], None]  # told which channel the Channel view shows
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class Host(Protocol):
     def add_notice_row(self, widget: QWidget) -> None: ...
 
     def add_drop_handler(self, handler: DropHandler) -> None: ...
+
+    def add_channel_listener(self, listener: ChannelListener) -> None: ...
+
+    def add_channel_row(self, widget: QWidget) -> None: ...
 
     def show_error(self, message: str, dialog: bool = True) -> None: ...
 

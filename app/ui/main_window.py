@@ -38,7 +38,7 @@ from app.core.resources import sample_image
 from app.ui.actions.builtin import builtin_actions
 from app.ui.actions.specs import ActionSpec, MenuBuilder
 from app.ui.features import FEATURES
-from app.ui.host import DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
+from app.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
 from app.ui.state.image_queue import push_recent
 from app.ui.state.requests import ImageSource, LoadOutcome, RunOutcome
 from app.ui.state.settings import app_settings, read_list
@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self._module_menus: list[ModuleMenuEntries] = []
         self._tile_menus: list[TileMenuEntries] = []
         self._drop_handlers: list[DropHandler] = []
+        self._channel_listeners: list[ChannelListener] = []
         self._paste_count = 0
         self._channel_dock_sized = False
         self._docks_fitted = False
@@ -249,6 +250,12 @@ class MainWindow(QMainWindow):
     def add_drop_handler(self, handler: DropHandler) -> None:
         self._drop_handlers.append(handler)
 
+    def add_channel_listener(self, listener: ChannelListener) -> None:
+        self._channel_listeners.append(listener)
+
+    def add_channel_row(self, widget: QWidget) -> None:
+        self.channel_view.add_row(widget)
+
     def show_error(self, message: str, dialog: bool = True) -> None:
         """Every user-visible error goes through here: status bar, ``last_error`` and a non-blocking dialog."""
         self.last_error = message
@@ -340,6 +347,8 @@ class MainWindow(QMainWindow):
         """The channel view for one tile: the map large, its histogram and statistics, the overlay."""
         last = self.workspace.last
         self.channel_view.show_channel(picture, channel, last.input_display if last is not None else None)
+        for listener in self._channel_listeners:
+            listener(picture, channel)
         dock = self._docks["channel"]
         dock.setVisible(True)
         dock.raise_()

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QDockWidget, QMenu, QVBoxLayout, QWidget
 
 from app.core.pictures import PanelPicture
 from app.ui.actions.specs import ActionSpec
-from app.ui.host import DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
+from app.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
 
 
 class FakeHost:
@@ -26,6 +26,8 @@ class FakeHost:
         self.input_rows: list[QWidget] = []
         self.notice_rows: list[QWidget] = []
         self.drop_handlers: list[DropHandler] = []
+        self.channel_listeners: list[ChannelListener] = []
+        self.channel_rows: list[QWidget] = []
         self.errors: list[str] = []
         self.statuses: list[str] = []
 
@@ -77,6 +79,18 @@ class FakeHost:
 
     def add_drop_handler(self, handler: DropHandler) -> None:
         self.drop_handlers.append(handler)
+
+    def add_channel_listener(self, listener: ChannelListener) -> None:
+        self.channel_listeners.append(listener)
+
+    def add_channel_row(self, widget: QWidget) -> None:
+        self.channel_rows.append(widget)
+        self.parent.layout().addWidget(widget)
+
+    def open_channel(self, picture: PanelPicture, channel: int) -> None:
+        """As a click on a tile does in the window: every listener hears which channel is shown."""
+        for listener in self.channel_listeners:
+            listener(picture, channel)
 
     def show_error(self, message: str, dialog: bool = True) -> None:
         self.errors.append(message)

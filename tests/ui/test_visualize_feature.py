@@ -156,3 +156,21 @@ def test_a_bad_module_or_channel_is_one_line(feature, workspace, host, qtbot) ->
     assert host.errors[-1] == f"'{PATH}' has 128 channels (0-127); there is no channel 500."
     assert workspace.registry.handle_count() == handles and workspace.external_hooks == []
     assert len(workspace.registry.module(PATH)._forward_hooks) == hooks
+
+
+def test_the_channel_view_has_a_button_for_the_channel_it_shows(workspace, host, qtbot) -> None:
+    from app.ui.features.visualize import VisualizeFeature
+
+    feature = VisualizeFeature(workspace, host)
+    assert feature.channel_button in host.channel_rows and not feature.channel_button.isEnabled()
+    pictures = {(p.kind, p.path): p for p in workspace.last.pictures}
+    host.open_channel(pictures[("backward", "layer1.0.conv1")], 2)
+    assert not feature.channel_button.isEnabled()  # a gradient's channel: the entry belongs to activations
+    host.open_channel(pictures[("forward", "layer1.0.conv1")], 7)
+    assert feature.channel_button.isEnabled()
+    feature.steps_box.setValue(4)
+    assert feature.visualize_shown()
+    assert feature.module_box.currentText() == "layer1.0.conv1" and feature.channel_box.value() == 7
+    feature.cancel()
+    qtbot.waitUntil(lambda: not feature.running, timeout=60_000)
+    feature.shutdown()

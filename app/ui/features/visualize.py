@@ -73,6 +73,14 @@ class VisualizeFeature(QObject):
         )
         host.add_tile_menu(self.tile_entries)
         host.add_module_menu(self.module_entries)
+        # A button in the Channel view for the channel it shows (activations only, as the tile menu's entry).
+        self._shown: tuple[str, int] | None = None
+        self.channel_button = QPushButton("Visualize this channel")
+        self.channel_button.setToolTip("Optimise an image that excites the channel shown")
+        self.channel_button.setEnabled(False)
+        self.channel_button.clicked.connect(self.visualize_shown)
+        host.add_channel_row(self.channel_button)
+        host.add_channel_listener(self._on_channel_shown)
         host.add_actions(
             [
                 ActionSpec(
@@ -179,6 +187,14 @@ class VisualizeFeature(QObject):
         action = menu.addAction(f"Visualize channel {channel}")
         action.setToolTip(f"Optimise an image that excites channel {channel} of {picture.path}")
         action.triggered.connect(lambda *_: self.visualize(picture.path, channel))
+
+    def _on_channel_shown(self, picture: PanelPicture, channel: int) -> None:
+        self._shown = None if picture.is_gradient else (picture.path, channel)
+        self.channel_button.setEnabled(self._shown is not None)
+
+    def visualize_shown(self) -> bool:
+        """Visualize the channel the Channel view shows."""
+        return self._shown is not None and self.visualize(*self._shown)
 
     def module_entries(self, menu: QMenu, path: str) -> None:
         if path:

@@ -97,8 +97,14 @@ class ChannelView(QWidget):
         body.addWidget(stats, 0)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
-        layout.addWidget(self._title)
+        self._title_row = QHBoxLayout()  # the title, then what features add (``add_row``: a Visualize button)
+        self._title_row.addWidget(self._title, 1)
+        layout.addLayout(self._title_row)
         layout.addLayout(body, 1)
+
+    def add_row(self, widget: QWidget) -> None:
+        """A feature's widget for the channel shown (beside the title, so the dock needs no extra height)."""
+        self._title_row.addWidget(widget)
 
     def show_channel(self, picture: PanelPicture, channel: int, input_rgb: np.ndarray | None) -> None:
         """Show ``channel`` of ``picture``; ``input_rgb`` is the image as the model saw it (for the overlay)."""
