@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Windows otherwise)
 
 from app import __version__
+from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
 from app.core.errors import HookscopeError
 from app.core.hooks import KINDS
 
 if TYPE_CHECKING:
     from app.core.pipeline import ModelSource
 
-SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons")
+SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan")
 
 
 def _csv(text: str) -> list[str]:
@@ -138,6 +139,8 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     bench.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds to register per layer")
     bench.add_argument("--size", type=int, default=224, help="input size in pixels (default: 224)")
     bench.add_argument("--repeat", type=int, default=10, help="timed pairs (default: 10)")
+    bench.add_argument("--scan", action="store_true", help="dataset scan throughput ('hookscope scan') against bare batched inference (--images N of them, 4 spread modules or --layers)")
+    bench.add_argument("--batch-size", type=int, default=16, metavar="N", help="with --scan: images per batch (default: 16)")
     bench.add_argument("--debug", action="store_true", help="show tracebacks")
 
     download = argparse.ArgumentParser(
@@ -166,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "download": (download, run_download),
             "visualize": (build_visualize_parser(), run_visualize),
             "lessons": (build_lessons_parser(), run_lessons),
+            "scan": (build_scan_parser(), run_scan_command),
         }[args_list[0]]
         args = parser.parse_args(args_list[1:])
     else:
@@ -536,6 +540,8 @@ def run_bench_batch(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.scan:
+        return run_bench_scan(args)
     if args.batch:
         return run_bench_batch(args)
     from app.core.bench import benchmark

@@ -17,6 +17,7 @@ from app.ui.features.lessons import LessonsFeature
 from app.ui.features.load_cancel import LoadCancelFeature
 from app.ui.features.numeric_health import NumericHealthFeature
 from app.ui.features.open_model import ModelFilesFeature
+from app.ui.features.scan import ScanFeature
 from app.ui.features.session_files import SessionFilesFeature
 from app.ui.features.visualize import VisualizeFeature
 from app.ui.features.weights_download import WeightsDownloadFeature
@@ -35,4 +36,5 @@ FEATURES: list[tuple[str, Callable]] = [
     ("visualize", VisualizeFeature),  # tabbed with the input
     ("lessons", LessonsFeature),  # Help > Learn the hooks; tabbed with the predictions
     ("desktop_entry", DesktopEntryFeature),  # Help > Add Hookscope to the applications menu (Linux)
+    ("scan", ScanFeature),  # File > Scan a folder…; its dock under the Channel view
 ]

@@ -1,0 +1,209 @@
+"""``hookscope scan``: what excites each channel, over a folder of images (``app.core.scan``), on this machine or on
+a Ray cluster (``--ray``). Kept apart from ``app.cli`` (which registers it) because it is a command of its own size.
+
+Progress is one line on stderr; Ctrl-C stops at the next batch, writes the checkpoint and says how to go on
+(``--resume``); a second Ctrl-C stops at once. Errors are one line, as everywhere in the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from app.core.errors import HookscopeError
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def build_scan_parser() -> argparse.ArgumentParser:
+    from app.cli import _add_model_file_options, _add_model_options
+
+    parser = argparse.ArgumentParser(
+        prog="hookscope scan",
+        description="What excites each channel: over every image in a folder, the top images per channel of each "
+        "module (by the channel's maximum, or its mean), where the maximum is, the image region that position sees "
+        "(its receptive field, from the gradient of that one unit), and each channel's statistics over the whole "
+        "set. Writes OUT/scan.json (and with --png one strip of top patches per channel).",
+    )
+    _add_model_options(parser, default_weights="default")
+    _add_model_file_options(parser)
+    parser.add_argument("--images", required=True, metavar="DIR", help="the folder of images")
+    parser.add_argument("--recursive", action="store_true", help="look in subfolders too")
+    parser.add_argument("--layers", required=True, metavar="PATHS", help="module paths separated by commas, or 'all'")
+    parser.add_argument("--top", type=_positive, default=9, metavar="K", help="top images per channel (default: 9)")
+    parser.add_argument("--by", choices=("max", "mean"), default="max",
+                        help="rank images by the channel's maximum (default) or its mean over positions")  # fmt: skip
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (scan.json, png/)")
+    parser.add_argument(
+        "--batch-size", type=_positive, default=32, metavar="N", help="images per forward pass (default: 32)"
+    )
+    parser.add_argument("--size", type=int, default=0, metavar="PX",
+                        help="input size in pixels instead of the model's own (its crop; the resize keeps 256/224)")  # fmt: skip
+    parser.add_argument("--png", action="store_true", help="also write one PNG strip of the top patches per channel")
+    parser.add_argument("--no-boxes", action="store_true",
+                        help="skip the receptive-field boxes (one gradient pass per top-k entry); boxes are null")  # fmt: skip
+    parser.add_argument(
+        "--resume", action="store_true", help="go on with a scan an earlier run of the same command stopped"
+    )
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run on Ray: a local Ray, the cluster RAY_ADDRESS names, or ADDRESS ('auto', "
+                        "'ray://head:10001'); needs pip install 'hookscope[ray]'")  # fmt: skip
+    parser.add_argument(
+        "--ray-actors", type=_positive, default=2, metavar="N", help="with --ray: actors holding the model (default: 2)"
+    )
+    parser.add_argument(
+        "--ray-gpus", type=float, default=0.0, metavar="G", help="with --ray: GPUs per actor (default: 0)"
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+class _Interrupt:
+    """Ctrl-C asks the scan to stop at the next batch (it then writes its checkpoint); a second Ctrl-C stops now."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def __call__(self, _signum: int, _frame: object) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        sys.stderr.write("\nhookscope: stopping after this batch (Ctrl-C again to stop now)\n")
+        sys.stderr.flush()
+
+
+@contextmanager
+def _ctrl_c() -> Iterator[_Interrupt]:
+    interrupt = _Interrupt()
+    try:
+        previous = signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread (a test calling main() from a thread): Ctrl-C stays as it is
+        yield interrupt
+        return
+    try:
+        yield interrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _progress(report_every: float = 0.2):
+    """One stderr line redrawn in place: "scan: 120/1000 images, 35.2 img/s, skipped 1" / "boxes: 40/576"."""
+    last = [0.0]
+
+    def show(progress) -> None:
+        now = time.monotonic()
+        if now - last[0] < report_every and progress.done < progress.total:
+            return
+        last[0] = now
+        if progress.phase == "scan":
+            text = (
+                f"scan: {progress.done}/{progress.total} images, {progress.rate:.1f} img/s, skipped {progress.skipped}"
+            )
+        else:
+            text = f"receptive fields: {progress.done}/{progress.total} top-k entries"
+        sys.stderr.write(f"\r{text}   ")
+        sys.stderr.flush()
+        show.drawn = True
+
+    show.drawn = False
+    return show
+
+
+def run_scan_command(args: argparse.Namespace) -> int:
+    from app.cli import _select_layers, load_for_cli, model_source
+    from app.core.batch import find_images
+    from app.core.devices import resolve_device
+    from app.core.scan import LocalScan, ScanSettings, run_scan, write_scan
+    from app.core.scan_results import write_strips
+
+    if args.size < 0:
+        raise HookscopeError(f"--size must be a number of pixels (or 0 for the model's own), not {args.size}.")
+    folder, out = Path(args.images), Path(args.out)
+    images = find_images(folder, args.recursive, exclude=out)
+    if not images:
+        hint = (
+            " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
+        )
+        raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
+    device = str(resolve_device(args.device))
+    loaded = load_for_cli(args)
+    if args.size:
+        loaded.preprocess = replace(loaded.preprocess, crop=args.size, resize=args.size * 256 // 224)
+    modules = _select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
+    settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size,
+                            boxes=not args.no_boxes)  # fmt: skip
+    if args.ray is not None:
+        from app.core.scan_ray import RayScan
+
+        source = replace(model_source(args), preprocess=loaded.preprocess)
+        backend = RayScan(source, settings, images, address=args.ray or None, actors=args.ray_actors,
+                          gpus=args.ray_gpus, device=device)  # fmt: skip
+    else:
+        backend = LocalScan(loaded, settings, images, device)
+    show = _progress()
+    try:
+        with _ctrl_c() as interrupt:
+            result = run_scan(backend, loaded, images, settings, root=folder, out_dir=out, resume=args.resume,
+                              progress=show, cancelled=lambda: interrupt.asked)  # fmt: skip
+            if result.complete:
+                path = write_scan(result, out)
+                strips = write_strips(result, out, cancelled=lambda: interrupt.asked) if args.png else 0
+    except KeyboardInterrupt:
+        if show.drawn:
+            sys.stderr.write("\n")
+        print("hookscope: interrupted; run the same command with --resume to go on where it stopped.", file=sys.stderr)
+        return 130
+    finally:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+    if show.drawn:
+        sys.stderr.write("\n")  # end the progress line
+    if not result.complete:
+        print(f"hookscope: stopped after {result.processed} of {len(images)} images; run the same command with "
+              "--resume to go on where it stopped.", file=sys.stderr)  # fmt: skip
+        return 130
+    for _index, reason in result.skipped:
+        print(f"hookscope: skipped: {reason}", file=sys.stderr)
+    skipped = f" ({len(result.skipped)} skipped)" if result.skipped else ""
+    rate = result.processed / result.scan_s if result.scan_s > 0 else 0.0
+    boxes = f", receptive fields in {result.boxes_s:.1f} s" if settings.boxes else ", no receptive fields (--no-boxes)"
+    where = " on Ray" if args.ray is not None else ""
+    print(f"{len(modules)} module{'s' if len(modules) != 1 else ''} of {loaded.display_name} over "
+          f"{result.processed} images{skipped}{where}: {rate:.1f} img/s{boxes} -> {path}")  # fmt: skip
+    if args.png:
+        total = sum(m.channels for m in result.modules.values())
+        if strips < total:
+            print(
+                f"hookscope: interrupted after {strips} of {total} PNG strips; scan.json is complete.", file=sys.stderr
+            )
+            return 130
+        print(f"{strips} PNG strips of the top {settings.top} patches per channel -> {out / 'png'}")
+    return 0
+
+
+def run_bench_scan(args: argparse.Namespace) -> int:
+    """bench --scan: the scan's throughput against bare batched inference over the same files, in one process."""
+    from app.core.scan_bench import report, scan_benchmark
+
+    layers: int | list[str] = 4 if args.layers is None else [p.strip() for p in args.layers.split(",") if p.strip()]
+    result = scan_benchmark(args.images, layers, model=args.model, batch_size=args.batch_size,
+                            size=args.size,
+                            note=lambda text: print(f"hookscope: {text}", file=sys.stderr))  # fmt: skip
+    for line in report(result):
+        print(line)
+    return 0

@@ -1,0 +1,325 @@
+"""A dataset scan's results (``app.core.scan`` computes them): per module and channel the top images with their
+scores, positions and receptive-field boxes, and the channel's statistics over the whole set; scan.json written and
+read back; patches of the top images cut out of the original files, and PNG strips of them.
+
+scan.json::
+
+    {"model": {...}, "images": [path, ...],
+     "modules": {PATH: {"channels": C,
+                        "top": [[{"image": index, "score": float, "y": int, "x": int, "box": [x0, y0, x1, y1]}, ...]
+                                per channel, best first],
+                        "stats": {"mean": [...], "std": [...], "active": [...]}}},
+     "scan": {how it was made: top, by, batch_size, preprocessing, layouts, processed, skipped, timings}}
+
+Boxes are in the pixels of the image as read (upright per EXIF), the end exclusive (PIL's crop box); a box is null
+where the unit's gradient is zero everywhere or boxes were not computed. A score that is not finite is null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from app.core.batch import write_json_atomically
+from app.core.errors import HookscopeError, ImageError
+from app.core.images import read_image
+
+SCAN_FILE = "scan.json"
+FORMAT_VERSION = 1
+RANKINGS = ("max", "mean")
+
+Box = tuple[int, int, int, int]  # (x0, y0, x1, y1), pixels, the end exclusive (as PIL's crop takes it)
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    """What to scan: ``modules`` (paths), ``top`` images per channel ranked ``by`` "max" or "mean", ``batch_size``
+    images per forward pass (and units per gradient pass), ``boxes``: compute the receptive-field boxes."""
+
+    modules: tuple[str, ...]
+    top: int = 9
+    by: str = "max"
+    batch_size: int = 32
+    boxes: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "modules", tuple(dict.fromkeys(self.modules)))
+        if not self.modules:
+            raise HookscopeError("Name at least one module to scan.")
+        if self.top < 1:
+            raise HookscopeError(f"The number of top images per channel must be at least 1, not {self.top}.")
+        if self.batch_size < 1:
+            raise HookscopeError(f"The batch size must be at least 1, not {self.batch_size}.")
+        if self.by not in RANKINGS:
+            raise HookscopeError(f"Rank images by 'max' or 'mean', not '{self.by}'.")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a module's output is read as channels and positions, as the window reads it: ``maps`` (N, C, H, W),
+    ``maps-last`` (N, H, W, C: a square grid with more channels than rows, as Swin's), ``tokens`` (N, L, C; the
+    position's y is the token, x is 0) and ``vector`` (N, C; one position)."""
+
+    kind: str
+    channels: int
+    height: int
+    width: int
+
+    @property
+    def positions(self) -> int:
+        return self.height * self.width
+
+    def yx(self, position: int) -> tuple[int, int]:
+        y, x = divmod(int(position), self.width)
+        return y, x
+
+    def view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The output as (N, C, positions); a view where the layout allows."""
+        if self.kind == "maps":
+            return tensor.flatten(2)
+        if self.kind == "maps-last":
+            return tensor.flatten(1, 2).transpose(1, 2)
+        if self.kind == "tokens":
+            return tensor.transpose(1, 2)
+        return tensor.unsqueeze(2)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "channels": self.channels, "height": self.height, "width": self.width}
+
+
+def floats(values: torch.Tensor | np.ndarray) -> list:
+    """Numbers for JSON: float32 and float64 values round-trip exactly; NaN and infinities become None."""
+    array = values.numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+    return [_float(v) for v in array.astype(np.float64).reshape(-1)] if array.ndim <= 1 else [floats(r) for r in array]
+
+
+def _float(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def unfloats(values: list, missing: float = math.nan) -> list:
+    """Back from JSON: None (a value that was not finite) becomes ``missing`` (-inf for a score: it ranks last)."""
+    return [(missing if v is None else v) if not isinstance(v, list) else unfloats(v, missing) for v in values]
+
+
+@dataclass(frozen=True)
+class TopImage:
+    """One of a channel's top images: its index in ``ScanResult.images``, the score it ranked by, the position
+    of the channel's maximum and the box (original pixels; None when not computed or the gradient was zero)."""
+
+    image: int
+    score: float
+    y: int
+    x: int
+    box: Box | None
+
+
+@dataclass
+class ModuleScan:
+    """One module's scan: per channel its top images (best first) and its statistics over the whole set."""
+
+    path: str
+    layout: Layout
+    top: list[list[TopImage]]
+    mean: np.ndarray
+    std: np.ndarray
+    active: np.ndarray  # fraction of images where the channel's maximum is > 0
+
+    @property
+    def channels(self) -> int:
+        return self.layout.channels
+
+
+@dataclass
+class ScanResult:
+    """A finished (or stopped: ``complete`` False) scan; ``to_json`` gives scan.json."""
+
+    model: dict[str, Any]
+    images: list[str]
+    root: str
+    settings: ScanSettings
+    preprocessing: dict[str, Any]
+    modules: dict[str, ModuleScan]
+    processed: int  # images that went through the model (over every call, when resumed)
+    skipped: list[tuple[int, str]]
+    complete: bool
+    scan_s: float = 0.0
+    boxes_s: float = 0.0
+
+    def top(self, path: str, channel: int) -> list[TopImage]:
+        return self.modules[path].top[channel]
+
+    def to_json(self) -> dict[str, Any]:
+        modules = {}
+        for path, module in self.modules.items():
+            modules[path] = {
+                "channels": module.channels,
+                "top": [[{"image": t.image, "score": _float(t.score), "y": t.y, "x": t.x,
+                          "box": list(t.box) if t.box is not None else None} for t in channel]
+                        for channel in module.top],
+                "stats": {"mean": floats(module.mean), "std": floats(module.std), "active": floats(module.active)},
+            }  # fmt: skip
+        return {
+            "model": self.model,
+            "images": self.images,
+            "modules": modules,
+            "scan": {
+                "version": FORMAT_VERSION,
+                "root": self.root,
+                "top": self.settings.top,
+                "by": self.settings.by,
+                "batch_size": self.settings.batch_size,
+                "boxes": self.settings.boxes,
+                "preprocessing": self.preprocessing,
+                "layouts": {path: m.layout.describe() for path, m in self.modules.items()},
+                "processed": self.processed,
+                "skipped": [{"image": index, "reason": reason} for index, reason in self.skipped],
+                "complete": self.complete,
+                "scan_s": round(self.scan_s, 3),
+                "boxes_s": round(self.boxes_s, 3),
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = "scan.json") -> ScanResult:
+        """A scan read back (scan.json); anything malformed is one ``HookscopeError`` naming ``where``."""
+        try:
+            extra = data.get("scan", {})
+            settings = ScanSettings(tuple(data["modules"]), int(extra.get("top", 9)), str(extra.get("by", "max")),
+                                    int(extra.get("batch_size", 32)), bool(extra.get("boxes", True)))  # fmt: skip
+            modules = {}
+            for path, entry in data["modules"].items():
+                shape = extra.get("layouts", {}).get(path) or {"kind": "maps", "height": 0, "width": 0}
+                layout = Layout(str(shape["kind"]), int(entry["channels"]), int(shape["height"]), int(shape["width"]))
+                top = [[TopImage(int(t["image"]), -math.inf if t["score"] is None else float(t["score"]), int(t["y"]),
+                                 int(t["x"]), tuple(int(v) for v in t["box"]) if t.get("box") is not None else None)
+                        for t in channel] for channel in entry["top"]]  # fmt: skip
+                stats = entry["stats"]
+                modules[path] = ModuleScan(path, layout, top, *(np.array([math.nan if v is None else v for v in
+                                                                          stats[k]], dtype=np.float64)
+                                                                for k in ("mean", "std", "active")))  # fmt: skip
+            return cls(
+                model=data.get("model", {}), images=[str(p) for p in data["images"]], root=str(extra.get("root", "")),
+                settings=settings, preprocessing=extra.get("preprocessing", {}), modules=modules,
+                processed=int(extra.get("processed", 0)),
+                skipped=[(int(s["image"]), str(s["reason"])) for s in extra.get("skipped", [])],
+                complete=bool(extra.get("complete", True)), scan_s=float(extra.get("scan_s", 0.0)),
+                boxes_s=float(extra.get("boxes_s", 0.0)),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            raise HookscopeError(f"'{where}' is not a Hookscope scan ({type(error).__name__}: {error}).",
+                                 path=where) from error  # fmt: skip
+
+
+def write_scan(result: ScanResult, out_dir: str | Path) -> Path:
+    """``out_dir``/scan.json, written atomically."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomically(result.to_json(), out / SCAN_FILE)
+    except OSError as error:
+        raise HookscopeError(f"Cannot write '{out / SCAN_FILE}': {error.strerror or error}.", path=str(out)) from error
+    return out / SCAN_FILE
+
+
+def read_scan(path: str | Path) -> ScanResult:
+    """A scan.json file (or a folder holding one) as a ``ScanResult``."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / SCAN_FILE
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        raise HookscopeError(f"There is no scan at '{file}'.", path=str(file)) from error
+    except (OSError, ValueError) as error:
+        raise HookscopeError(f"Cannot read the scan '{file}': {error}.", path=str(file)) from error
+    if not isinstance(data, dict):
+        raise HookscopeError(f"'{file}' is not a Hookscope scan.", path=str(file))
+    return ScanResult.from_json(data, str(file))
+
+
+class PatchReader:
+    """Reads the images of a scan (a few kept, as neighbouring channels share top images) and cuts patches."""
+
+    def __init__(self, result: ScanResult, keep: int = 16) -> None:
+        self.result = result
+        self._images: OrderedDict[int, Image.Image | None] = OrderedDict()
+        self._keep = keep
+
+    def image(self, index: int) -> Image.Image | None:
+        if index in self._images:
+            self._images.move_to_end(index)
+            return self._images[index]
+        try:
+            picture: Image.Image | None = read_image(self.result.images[index])
+        except (ImageError, IndexError):
+            picture = None
+        self._images[index] = picture
+        while len(self._images) > self._keep:
+            self._images.popitem(last=False)
+        return picture
+
+    def patch(self, entry: TopImage, size: int = 96) -> np.ndarray:
+        """The entry's box (the whole image when it has none) fitted into ``size`` x ``size``, on dark grey;
+        uint8 RGB. An image that cannot be read any more is a flat grey tile."""
+        tile = Image.new("RGB", (size, size), (40, 40, 40))
+        picture = self.image(entry.image)
+        if picture is not None:
+            part = picture.crop(entry.box) if entry.box is not None else picture
+            scale = size / max(part.width, part.height)
+            fitted = part.resize((max(1, round(part.width * scale)), max(1, round(part.height * scale))),
+                                 Image.BILINEAR)  # fmt: skip
+            tile.paste(fitted, ((size - fitted.width) // 2, (size - fitted.height) // 2))
+        return np.asarray(tile)
+
+    def strip(self, path: str, channel: int, size: int = 96, gap: int = 2) -> np.ndarray:
+        """The channel's top patches side by side, best first (uint8 RGB, height ``size``)."""
+        entries = self.result.top(path, channel)
+        count = max(1, len(entries))
+        strip = np.full((size, count * size + (count - 1) * gap, 3), 255, dtype=np.uint8)
+        for rank, entry in enumerate(entries):
+            strip[:, rank * (size + gap) : rank * (size + gap) + size] = self.patch(entry, size)
+        return strip
+
+
+def module_folder_name(path: str) -> str:
+    """A module path as a folder name ("layer1.0.conv1" stays, the whole model is "(model)")."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in path) or "(model)"
+
+
+def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
+                 progress: Callable[[int, int], None] | None = None,
+                 cancelled: Callable[[], bool] | None = None) -> int:  # fmt: skip
+    """One PNG strip of top patches per channel: ``out_dir``/png/MODULE/channel-0007.png. Returns the count."""
+    reader = PatchReader(result)
+    total = sum(m.channels for m in result.modules.values())
+    written = 0
+    for path, module in result.modules.items():
+        folder = Path(out_dir) / "png" / module_folder_name(path)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise HookscopeError(f"Cannot create '{folder}': {error.strerror or error}.", path=str(folder)) from error
+        for channel in range(module.channels):
+            if cancelled is not None and cancelled():
+                return written
+            target = folder / f"channel-{channel:04d}.png"
+            try:
+                Image.fromarray(reader.strip(path, channel, size)).save(target)
+            except OSError as error:
+                raise HookscopeError(f"Cannot write '{target}': {error.strerror or error}.",
+                                     path=str(target)) from error  # fmt: skip
+            written += 1
+            if progress is not None:
+                progress(written, total)
+    return written

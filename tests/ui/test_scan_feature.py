@@ -1,0 +1,168 @@
+"""The scan feature on a real workspace (ResNet-18, random weights) and a fake host: File > Scan a folder… for the
+ticked activations in the background on a copy of the model (the live model and its registry untouched), progress
+and Cancel, the Channel view's channel then showing its top images with boxes computed on demand, a click opening
+one as image A, and a scan.json from the command line opened in the window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from PySide6.QtWidgets import QFileDialog, QToolButton
+
+from app.core.batch import find_images
+from app.core.scan import ScanSettings, scan_images
+from app.core.scan_results import write_scan
+from app.ui.features.scan import DOCK_ID, ScanFeature
+
+RUN_TIMEOUT_MS = 120_000
+PATH = "layer1.0.conv1"  # the workspace fixture ticks its activations and gradients
+
+
+def _pictures(folder: Path, count: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    for index in range(count):
+        size = (int(rng.integers(60, 110)), int(rng.integers(50, 100)))
+        small = rng.integers(0, 256, size=(size[1] // 8 + 2, size[0] // 8 + 2, 3), dtype=np.uint8)
+        Image.fromarray(small).resize(size, Image.BILINEAR).save(folder / f"img{index:02d}.png")
+    return folder
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    return _pictures(tmp_path / "images", 6)
+
+
+@pytest.fixture
+def feature(workspace, host) -> ScanFeature:
+    made = ScanFeature(workspace, host)
+    yield made
+    made.shutdown()
+
+
+def forward_picture(workspace, path: str = PATH):
+    return next(p for p in workspace.last.pictures if p.kind == "forward" and p.path == path)
+
+
+def hook_counts(model) -> dict[str, int]:
+    return {name: len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+            for name, m in model.named_modules()}  # fmt: skip
+
+
+def test_file_scan_a_folder_scans_the_ticked_modules_on_a_copy(feature, workspace, host, folder, qtbot, monkeypatch):
+    assert "file.scan_folder" in host.actions and host.actions["file.scan_folder"].menu == "File"
+    assert feature.ticked_modules() == (PATH,)
+    live = workspace.loaded.module
+    before, ticks = hook_counts(live), workspace.ticked_pairs()
+    during: list[dict[str, int]] = []
+    feature.progressed.connect(lambda _p: during.append(hook_counts(live)))
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS) as done:
+        host.trigger("file.scan_folder")
+        assert feature.running and not feature.cancel_button.isHidden()
+    assert done.args == ["done"]
+    assert not host.docks[DOCK_ID].isHidden() and feature.progress.isHidden()
+    result = feature.result
+    assert list(result.modules) == [PATH] and result.processed == 6 and result.complete
+    assert len(result.modules[PATH].top) == 64 and all(len(t) == 6 for t in result.modules[PATH].top)
+    # The scan ran on a copy: the live model's hooks (the registry's ticks) never changed, before, during or after.
+    assert during and all(counts == before for counts in during) and hook_counts(live) == before
+    assert workspace.ticked_pairs() == ticks
+    assert feature._scan_model.module is not live
+    # ... and it is what a scan of the live model's weights gives.
+    expected = scan_images(
+        workspace.loaded, find_images(folder), ScanSettings((PATH,), top=9, batch_size=16, boxes=False)
+    )
+    assert [[e.image for e in c] for c in expected.modules[PATH].top] == [
+        [e.image for e in c] for c in result.modules[PATH].top
+    ]
+
+
+def test_a_scan_asked_for_during_a_run_waits_for_it(feature, workspace, folder, qtbot):
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS) as done:
+        with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
+            workspace.run_again()
+            assert workspace.scheduler.busy
+            assert feature.scan_folder(str(folder))
+            assert "waiting for the run" in feature.title.text() and feature._copy_job is None
+    assert done.args == ["done"]
+
+
+def test_the_channel_shown_gets_its_top_images_and_a_click_opens_one(feature, workspace, host, folder, qtbot):
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS):
+        feature.scan_folder(str(folder))
+    with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS) as shown:
+        host.open_channel(forward_picture(workspace), 3)
+    assert shown.args == [PATH, 3]
+    entries = feature.entries
+    assert [e.image for e in entries] == [e.image for e in feature.result.top(PATH, 3)]
+    assert all(e.box is not None for e in entries)  # computed on demand, for this channel only
+    assert all(e.box is None for c, top in enumerate(feature.result.modules[PATH].top) if c != 3 for e in top)
+    buttons = feature.widget.findChildren(QToolButton)
+    assert len(buttons) == 6 and "channel 3" in feature.stats.text() and "active" in feature.stats.text()
+    first = Path(feature.result.images[entries[0].image])
+    with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
+        feature.widget.findChild(QToolButton, "scan_patch_0").click()
+    assert Path(workspace.image.path) == first
+    # A module the scan did not cover says so.
+    workspace.tick("layer2", "forward")
+    with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
+        pass
+    host.open_channel(forward_picture(workspace, "layer2"), 0)
+    assert "no layer2" in feature.stats.text() and feature.entries == []
+
+
+def test_cancel_stops_the_scan_and_keeps_the_previous_results(feature, workspace, folder, tmp_path, qtbot):
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS):
+        feature.scan_folder(str(folder))
+    previous = feature.result
+    many = _pictures(tmp_path / "many", 60)
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS) as done:
+        feature.scan_folder(str(many))
+        qtbot.waitUntil(lambda: feature._scan is not None, timeout=RUN_TIMEOUT_MS)
+        feature.cancel()
+    assert done.args == ["cancelled"] and feature.result is previous and not feature.running
+
+
+def test_nothing_ticked_or_no_images_is_one_clear_message(feature, workspace, host, tmp_path, qtbot):
+    (tmp_path / "empty").mkdir()
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS) as done:
+        feature.scan_folder(str(tmp_path / "empty"))
+    assert done.args == ["failed"] and "no image files" in host.errors[-1]
+    workspace.untick_all()
+    assert not feature.scan_folder(str(tmp_path))
+    assert host.errors[-1] == "Tick the activations (Act) of the modules to scan first."
+
+
+def test_a_scan_json_from_the_command_line_opens_in_the_window(feature, workspace, host, folder, tmp_path, qtbot):
+    made = scan_images(workspace.loaded, find_images(folder), ScanSettings((PATH,), top=2, batch_size=4))
+    write_scan(made, tmp_path / "out")
+    assert feature.open_scan(str(tmp_path / "out" / "scan.json"))
+    with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
+        host.open_channel(forward_picture(workspace), 5)
+    assert [(e.image, e.box) for e in feature.entries] == [(e.image, e.box) for e in made.top(PATH, 5)]
+    assert not feature.open_scan(str(tmp_path / "nothing.json"))
+    assert "There is no scan" in host.errors[-1]
+
+
+def test_in_the_window_a_tile_click_shows_the_top_images_under_the_channel_view(make_window, folder, qtbot):
+    from PySide6.QtCore import Qt
+
+    window = make_window(checks=[PATH])
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    feature = window.features["scan"]
+    assert "file.scan_folder" in window.menus.actions and "file.open_scan" in window.menus.actions
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS) as done:
+        feature.scan_folder(str(folder))
+    assert done.args == ["done"]
+    with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
+        window.open_channel(forward_picture(window.workspace), 2)
+    dock = window.dock(DOCK_ID)
+    assert dock.isVisible() and window.dock("channel").isVisible()
+    assert window.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea
+    assert dock.geometry().top() >= window.dock("channel").geometry().bottom()  # under the channel view
+    assert len(feature.entries) == 6
