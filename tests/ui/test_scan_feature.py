@@ -166,3 +166,15 @@ def test_in_the_window_a_tile_click_shows_the_top_images_under_the_channel_view(
     assert window.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea
     assert dock.geometry().top() >= window.dock("channel").geometry().bottom()  # under the channel view
     assert len(feature.entries) == 6
+
+
+def test_another_model_drops_the_scan_whether_it_was_running_or_done(feature, workspace, folder, qtbot):
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS):
+        feature.scan_folder(str(folder))
+    assert feature.result is not None
+    with qtbot.waitSignal(workspace.model_changed, timeout=RUN_TIMEOUT_MS):
+        feature.scan_folder(str(folder))  # running (or just done) when the new model arrives
+        workspace.set_model("resnet18")
+    qtbot.waitUntil(lambda: not feature.running, timeout=RUN_TIMEOUT_MS)
+    assert feature.result is None and feature._scan_model is None
+    assert "previous model" in feature.title.text() or "another model" in feature.title.text()

@@ -262,6 +262,10 @@ class ScanFeature(QObject):
         if self._closing or not isinstance(outcome, tuple):
             return
         result, loaded = outcome
+        live = self.workspace.loaded
+        if self._request is None or live is None or live.module is not self._request[2].module:
+            self._end("cancelled", "Scan dropped: another model was loaded while it ran.")
+            return
         if not result.complete:
             self._end("cancelled", f"Scan cancelled after {result.processed} images; the previous results stay.")
             return
