@@ -413,3 +413,23 @@ def test_cli_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     assert fresh.returncode == 0, fresh.stderr
     a, b = (json.loads((tmp_path / name / "scan.json").read_text()) for name in ("out", "fresh"))
     assert a["modules"] == b["modules"]
+
+
+def test_bench_scan_prints_both_throughputs_the_ratio_and_the_box_cost(capsys):
+    from app.cli import main
+
+    code = main(["bench", "--scan", "--images", "8", "--size", "64", "--batch-size", "4", "--layers", "layer1,fc"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "bare batched inference" in out and "img/s, ratio " in out and "per-pass ratios" in out
+    assert "ms per top-k entry: layer1 " in out and ", fc " in out
+
+
+def test_cli_ray_without_ray_installed_is_one_line(folder, tmp_path, capsys, monkeypatch):
+    from app.cli import main
+
+    monkeypatch.setattr("app.core.scan_ray.ray_available", lambda: False)
+    code = main(["scan", "--model", "resnet18", "--weights", "none", "--images", str(folder), "--layers", "layer1",
+                 "--out", str(tmp_path), "--ray"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["hookscope: error: The scan on Ray needs Ray Data: pip install 'hookscope[ray]'."]
