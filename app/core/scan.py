@@ -15,14 +15,16 @@ For every module and channel the scan keeps:
 How, and what it costs:
 
 - Batched forward passes under ``torch.no_grad`` with forward hooks only; each hook reduces its module's output to
-  (images x channels) numbers on the spot (max, argmax, mean, sum of squares), so nothing of the size of a feature
-  map is kept, and a later in-place op (ResNet's ``ReLU(inplace=True)``) cannot change what was read. A pass stops
-  once every scanned module has run (the rest of the network is not needed).
+  (images x channels) numbers on the spot (max, sum, sum of squares; the position of the maximum only for the
+  entries that can still enter a top-k), so nothing of the size of a feature map is kept, and a later in-place op
+  (ResNet's ``ReLU(inplace=True)``) cannot change what was read. A pass stops once every scanned module has run
+  (the rest of the network is not needed).
 - Per channel a running top-k, merged per batch with a total order (score, then image index), so the result does
   not depend on how the images are split into batches or shards: memory is bounded by the batch size and k, not by
   the number of images. Statistics merge exactly (Chan et al.'s parallel update, in float64).
 - Images are read ahead in a thread (``batch.read_ahead``, as batch export does), found with the same listing and
-  skip rules (``batch.find_images``) and read with the same reader (``pipeline.model_input``).
+  skip rules (``batch.find_images``) and read as batch export reads them (``read_image``, then the model's own
+  preprocessing).
 - The boxes are computed only for the final top-k: the images are read again and the units run as one batch with
   gradients, one unit per batch element (batch elements do not mix in eval mode), stopping after the deepest
   module the batch needs.
