@@ -730,7 +730,7 @@ def run_scan(
     last_save = [time.perf_counter()]
 
     def save(force: bool = False) -> None:
-        if out is not None and state.tops and (force or time.perf_counter() - last_save[0] >= checkpoint_every_s):
+        if out is not None and (force or time.perf_counter() - last_save[0] >= checkpoint_every_s):
             write_json_atomically(state.to_json(fingerprint), out / CHECKPOINT_FILE)
             last_save[0] = time.perf_counter()
 

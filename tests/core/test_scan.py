@@ -287,9 +287,8 @@ def test_a_stopped_scan_resumes_to_the_same_result(small, folder, tmp_path):
         data["scan"].pop("scan_s"), data["scan"].pop("boxes_s")
     assert resumed_json == fresh_json
 
-    ticks = []
-    scan_images(small, images, settings, out_dir=tmp_path / "again", progress=ticks.append,
-                cancelled=lambda: len(ticks) >= 2)  # fmt: skip
+    stopped_at_once = scan_images(small, images, settings, out_dir=tmp_path / "again", cancelled=lambda: True)
+    assert stopped_at_once.processed == 0 and (tmp_path / "again" / CHECKPOINT_FILE).exists()  # Ctrl-C at once too
     with pytest.raises(HookscopeError, match="holds a scan of something else.*top"):
         scan_images(small, images, replace(settings, top=3), out_dir=tmp_path / "again", resume=True)
 
