@@ -159,7 +159,7 @@ def compare_runs(
         if picture is None or pair.a is None or pair.b is None:
             continue
         settings = picture.settings
-        picture_b = picture_of(pair.b, settings)
+        picture_b = picture_of(pair.b, settings, picture.dataset_order)  # B in A's dataset order too
         diff_order = None
         entry: dict[str, ComparedPicture] = {}
         if tuple(pair.a.tensor.shape) == tuple(pair.b.tensor.shape):

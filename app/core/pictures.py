@@ -7,7 +7,7 @@ layout and per-channel ranges); the mosaic's pixels are drawn when asked for, at
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -28,7 +28,8 @@ from app.core.views import (
 )
 
 SCALINGS: dict[str, str] = {"channel": "per-channel scaling", "shared": "shared scaling"}
-SORTS: tuple[str, ...] = ("none", "mean", "max", "diff")  # "diff": by |A - B| with image B (else channel order)
+SORTS: tuple[str, ...] = ("none", "mean", "max", "diff", "dataset")  # "diff": by |A - B| with image B (else channel
+# order); "dataset": the order a scan of a folder gives (its channel means, highest first; else channel order)
 VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # with image B: what a panel draws (its drop-down)
 KIND_LABELS: dict[str, str] = {
     "pre": "Inputs",
@@ -116,6 +117,8 @@ class PanelPicture:
     # The record as the hook captured it (the raw tensor, shared with the run's result, not copied): what a panel
     # exports as an array. Not compared: two pictures of equal content are equal whatever run they came from.
     record: Record | None = field(default=None, compare=False, repr=False)
+    # The channel order of a dataset scan of this module (the "dataset" sort), when the window has one.
+    dataset_order: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_gradient(self) -> bool:
@@ -143,7 +146,8 @@ class PanelPicture:
         """The same values redrawn under other settings (only a colormap change keeps the mosaic)."""
         if (settings.scaling, settings.sort) == (self.settings.scaling, self.settings.sort):
             return replace(self, settings=settings)
-        return replace(self, settings=settings, arrangement=arrange(self.channels, settings))
+        return replace(self, settings=settings, arrangement=arrange(self.channels, settings,
+                                                                    dataset_order=self.dataset_order))
 
 
 def shape_text(shape: Iterable[int]) -> str:
@@ -176,12 +180,17 @@ def channel_means(channels: ChannelData) -> np.ndarray:
 
 
 def arrange(
-    channels: ChannelData, settings: PanelSettings, ranges: tuple[np.ndarray, np.ndarray] | None = None
+    channels: ChannelData, settings: PanelSettings, ranges: tuple[np.ndarray, np.ndarray] | None = None,
+    dataset_order: np.ndarray | None = None,
 ) -> Arrangement:
     """Order channels as ``settings.sort`` asks; maps get their tile layout and scaling ranges (the mosaic is drawn
-    later, at the size it is shown), vectors their values in that order. ``ranges``: the maps' ranges if known."""
+    later, at the size it is shown), vectors their values in that order. ``ranges``: the maps' ranges if known;
+    ``dataset_order``: the "dataset" sort's order (a scan's), used only when it has one entry per channel."""
     order = None
-    if settings.sort == "mean":
+    count = channels.data.shape[0] if channels.kind == "maps" else channels.data.size
+    if settings.sort == "dataset" and dataset_order is not None and len(dataset_order) == count:
+        order = np.asarray(dataset_order, dtype=np.intp)
+    elif settings.sort == "mean":
         order = sort_order(channel_means(channels))
     elif settings.sort == "max":
         order = sort_order(channel_maxima(channels))
@@ -234,10 +243,10 @@ def _finite_channels(channels: ChannelData) -> tuple[ChannelData, tuple[np.ndarr
     return channels, channel_ranges(channels.data)
 
 
-def picture_of(record: Record, settings: PanelSettings) -> PanelPicture:
+def picture_of(record: Record, settings: PanelSettings, dataset_order: np.ndarray | None = None) -> PanelPicture:
     """One record as its panel will draw it."""
     channels, ranges = _finite_channels(_as_drawable(record_picture(record, check_finite=False)))
-    arrangement = arrange(channels, settings, ranges)
+    arrangement = arrange(channels, settings, ranges, dataset_order)
     return PanelPicture(
         path=record.path,
         kind=record.kind,
@@ -251,14 +260,20 @@ def picture_of(record: Record, settings: PanelSettings) -> PanelPicture:
         settings=settings,
         arrangement=arrangement,
         record=record,
+        dataset_order=dataset_order,
     )
 
 
 def prepare_pictures(
-    records: Iterable[Record], settings_for: Callable[[str, str], PanelSettings]
+    records: Iterable[Record], settings_for: Callable[[str, str], PanelSettings],
+    channel_orders: Mapping[str, np.ndarray] | None = None,
 ) -> list[PanelPicture]:
-    """Every record of a run as a picture, with each (path, kind) pair's own settings."""
-    return [picture_of(record, settings_for(record.path, record.kind)) for record in records]
+    """Every record of a run as a picture, with each (path, kind) pair's own settings. ``channel_orders``: a
+    dataset scan's channel order per module path; it orders the module's output channels (its activations and
+    their gradients), not its input's (a pre-hook's)."""
+    orders = channel_orders or {}
+    return [picture_of(record, settings_for(record.path, record.kind),
+                       None if record.kind == "pre" else orders.get(record.path)) for record in records]
 
 
 def channel_statistics(values: np.ndarray) -> dict[str, float]:

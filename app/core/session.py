@@ -59,6 +59,10 @@ class Session:
     colormap: str = "viridis"
     scaling: str = "channel"
     ui: dict[str, Any] = field(default_factory=dict)  # window state, opaque to the engine
+    # What window features add (key -> JSON value, e.g. "scan": the scan saved beside the session); opaque here.
+    parts: dict[str, Any] = field(default_factory=dict)
+    # Filled by load_session, never saved: the folder the session file is in (parts' files are relative to it).
+    folder: str = field(default="", compare=False)
     # Filled by load_session, never saved: files the session names that were not found here.
     missing: list[str] = field(default_factory=list, compare=False)
     # Filled by load_session, never saved: images found here that are not readable images (/etc/passwd, a 3 GB file
@@ -197,6 +201,7 @@ def session_document(session: Session, path: str | os.PathLike) -> dict[str, Any
         "colormap": session.colormap,
         "scaling": session.scaling,
         "ui": session.ui,
+        **({"parts": session.parts} if session.parts else {}),
     }
 
 
@@ -412,6 +417,9 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
         problems.append(f"Scaling '{scaling}' is unknown; per-channel scaling is used instead.")
     ui = data.get("ui", {})
     session.ui = dict(ui) if isinstance(ui, dict) else {}
+    parts = data.get("parts", {})
+    session.parts = dict(parts) if isinstance(parts, dict) else {}
+    session.folder = str(base)
     return session, problems
 
 

@@ -12,11 +12,16 @@ shown (a scan in the window skips the box phase: one gradient pass per top-k ent
 minutes; one channel's nine take a moment). Progress and Cancel are in the dock; a cancelled scan keeps the previous
 results. File ▸ Open a scan… shows a scan.json made by ``hookscope scan`` (on this machine or a Ray cluster).
 
-Not done here: ordering a panel's tiles by the dataset statistics, and saving scans with sessions.
+File ▸ Save session… writes the scan shown beside the session file (``name.hookscope.scan/scan.json``, noted in the
+session under ``parts``/``scan``); Open session shows it again (a missing or damaged one is a problem line).
+
+While a scan is shown, the panel of a scanned module offers the order "by dataset mean": its channels by their mean
+over the whole folder (the scan's statistics), highest first (the workspace's ``channel_orders``; runs carry it).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import replace
 from functools import partial
@@ -44,6 +49,7 @@ from app.core.pictures import PanelPicture
 from app.core.scan import ScanProgress, ScanResult, ScanSettings, TopImage, channel_boxes, copy_without_hooks
 from app.core.scan import scan_images as run_scan_images
 from app.core.scan_results import SCAN_FILE, PatchReader, read_scan, write_scan
+from app.core.views import sort_order
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import LoadOutcome
@@ -117,6 +123,7 @@ class ScanFeature(QObject):
         runner.failed.connect(self._on_job_failed)
         workspace.busy_changed.connect(self._on_busy_changed)
         workspace.model_changed.connect(self._on_model_changed)
+        workspace.session_parts["scan"] = (self.save_with_session, self.restore_from_session)
 
     # ---- the dock ------------------------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -298,6 +305,8 @@ class ScanFeature(QObject):
         self._scan_model = loaded
         self._cache.clear()
         self.save_button.setEnabled(True)
+        # A panel of a scanned module can order its tiles "by dataset mean": the scan's channel means, highest first.
+        self.workspace.set_channel_orders({path: sort_order(module.mean) for path, module in result.modules.items()})
         if self._wanted is not None:
             self._show_channel(*self._wanted)
 
@@ -339,6 +348,34 @@ class ScanFeature(QObject):
             return None
         self.host.show_status(f"Saved {path}", 5000)
         return path
+
+    # ---- sessions ----------------------------------------------------------------------------------------------
+    def save_with_session(self, session_path: str) -> dict[str, object] | None:
+        """File > Save session…: the scan on screen as scan.json in a folder beside the session file
+        (``name.hookscope.json`` -> ``name.hookscope.scan/scan.json``); what the session notes (None: no scan)."""
+        if self.result is None:
+            return None
+        session = Path(os.path.abspath(session_path))
+        stem = session.name[: -len(".json")] if session.name.lower().endswith(".json") else session.name
+        file = write_scan(self.result, session.parent / f"{stem}.scan")  # HookscopeError: the save says so
+        return {"path": str(file), "relative": Path(os.path.relpath(file, session.parent)).as_posix()}
+
+    def restore_from_session(self, value: object, folder: str) -> list[str]:
+        """File > Open session…: show the session's scan (its relative path first, so a folder moved whole works);
+        a missing or damaged scan is one problem line."""
+        if not isinstance(value, dict):
+            return ["The session's scan entry is not a file entry; the scan was not restored."]
+        candidates = [os.path.join(folder, str(value["relative"]))] if value.get("relative") else []
+        candidates += [str(value["path"])] if value.get("path") else []
+        found = next((c for c in candidates if os.path.isfile(c)), candidates[0] if candidates else "")
+        try:
+            result = read_scan(found)
+        except HookscopeError as error:
+            return [f"{error} The scan was not restored; the rest of the session was."]
+        self._show_result(result, None)
+        self.title.setText(f"Scan {found} (from the session): {len(result.images)} images, "
+                           f"{', '.join(result.modules)}. Click a channel tile to see what excites it.")  # fmt: skip
+        return []
 
     # ---- the channel shown --------------------------------------------------------------------------------------
     def _on_channel_shown(self, picture: PanelPicture, channel: int) -> None:
@@ -444,6 +481,7 @@ class ScanFeature(QObject):
             self.cancel()
         if self.result is not None and self._scan_model is not None:
             self.result, self._scan_model = None, None
+            self.workspace.set_channel_orders({})
             self._cache.clear()
             self._clear_strip()
             self.save_button.setEnabled(False)

@@ -144,6 +144,10 @@ class SessionFilesFeature(QObject):
     def save(self, path: str | os.PathLike) -> bool:
         try:
             session = self.current_session()
+            for key, (save_part, _restore) in self.workspace.session_parts.items():  # e.g. the scan, beside it
+                value = save_part(os.fspath(path))
+                if value is not None:
+                    session.parts[key] = value
             save_session(session, path)
         except HookscopeError as error:
             self.host.show_error(str(error))
@@ -290,6 +294,10 @@ class SessionFilesFeature(QObject):
                 space.open_paths([first])
         second = session.images[1] if len(session.images) > 1 and session.images[1] in usable else None
         space.set_image_b(ImageSource.from_path(second) if second is not None else None)
+        for key, value in session.parts.items():  # what features saved with it (the scan); a part no feature
+            part = space.session_parts.get(key)  # of this window knows is left alone
+            if part is not None:
+                problems += part[1](value, session.folder)
         space.run_again()
         self._report(problems)
 

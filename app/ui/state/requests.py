@@ -118,6 +118,7 @@ class RunRequest:
     baseline: bool = False  # edits on: also run without them, for the change of each prediction
     image_b: ImageSource | None = None  # image B: run right after A through the same hooks, to compare
     fit: tuple[int, int] | None = None  # the panels' view size in device pixels: mosaics are coloured at that size
+    channel_orders: Mapping[str, np.ndarray] = field(default_factory=dict)  # a dataset scan's order per module path
 
     @classmethod
     def freeze(
@@ -133,6 +134,7 @@ class RunRequest:
         *,
         image_b: ImageSource | None = None,
         fit: tuple[int, int] | None = None,
+        channel_orders: Mapping[str, np.ndarray] | None = None,
     ) -> RunRequest:
         """Copy the mutable parts, so later GUI changes cannot leak into a run in flight."""
         frozen = MappingProxyType(dict(settings))
@@ -140,7 +142,7 @@ class RunRequest:
         mixes = dict.fromkeys(e.other_image for e in edits if e.kind == "mix" and e.other_image)
         others = tuple(ImageSource.from_path(path) for path in mixes)
         return cls(generation, loaded, registry, image, device, target, frozen, default_settings, others,
-                   bool(edits), image_b, fit)
+                   bool(edits), image_b, fit, MappingProxyType(dict(channel_orders or {})))
 
     def settings_for(self, path: str, kind: str) -> PanelSettings:
         return self.settings.get((path, kind), self.default_settings)
@@ -206,7 +208,7 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
         if cancelled():
             raise RunCancelled()
     start = time.perf_counter()
-    pictures = prepare_pictures(result.records, request.settings_for)
+    pictures = prepare_pictures(result.records, request.settings_for, request.channel_orders)
     display = preprocess.to_display(result.input)
     comparison = None
     if result_b is not None:

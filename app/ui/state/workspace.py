@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from app.core.capture import check_target
@@ -83,6 +84,7 @@ class Workspace(QObject):
     image_list_changed = Signal()
     image_b_changed = Signal(object)  # ImageSource | None
     panel_settings_changed = Signal(object)  # list of (path, kind, PanelSettings) to apply to open panels
+    channel_orders_changed = Signal()  # a dataset scan's channel orders came or went (the "dataset" sort)
     run_applied = Signal(object)  # RunOutcome now on screen
     failed = Signal(object)  # RunFailure of the newest run or load
     busy_changed = Signal(bool)
@@ -118,6 +120,10 @@ class Workspace(QObject):
         self.applied_generations: list[int] = []
         self.model_message = ""  # what the last load said; views put it in front of the first run's line
         self.view_size: Callable[[], tuple[int, int] | None] = lambda: None  # the panels' size (set by the view)
+        self.channel_orders: dict[str, np.ndarray] = {}  # module path -> a dataset scan's channel order
+        # What features add to a saved session, by key: (save(session path) -> JSON value or None, restore(value,
+        # session folder) -> problem lines). Features never import each other; the sessions feature calls these.
+        self.session_parts: dict[str, tuple[Callable[[str], object], Callable[[object, str], list[str]]]] = {}
         self._initial_checks = checks
         self._dirty = False  # ticks, target or device changed since the results on screen
         self._run_wanted = False  # a run was asked for while a model loaded
@@ -491,6 +497,12 @@ class Workspace(QObject):
         if not self._closing:
             self.scheduler.request_run()
 
+    def set_channel_orders(self, orders: dict[str, np.ndarray]) -> None:
+        """A dataset scan's channel order per module path ({} when there is none); the results are redrawn."""
+        self.channel_orders = dict(orders)
+        self.channel_orders_changed.emit()
+        self.run_again()
+
     def _freeze_run(self, generation: int) -> RunRequest | None:
         if self._closing or self.wanted_image is None:
             return None
@@ -499,7 +511,7 @@ class Workspace(QObject):
             return None
         return RunRequest.freeze(generation, self.loaded, self.registry, self.wanted_image, self.device,
                                  self.target, self.settings, self.default_settings,
-                                 image_b=self.image_b, fit=self.view_size())
+                                 image_b=self.image_b, fit=self.view_size(), channel_orders=self.channel_orders)
 
     def _apply_run(self, outcome: RunOutcome) -> None:
         if self._closing:

@@ -58,10 +58,11 @@ KIND_TIPS = {
 }
 
 
-def sort_labels(kind: str) -> dict[str, str]:
+def sort_labels(kind: str, dataset: bool = False) -> dict[str, str]:
+    """The order choices; ``dataset``: a scan of a folder covers the module ("by dataset mean")."""
     what = "|grad|" if kind in ("backward", "tensor") else "value"
-    return {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}",
-            "diff": "by |A − B|"}
+    labels = {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}", "diff": "by |A − B|"}
+    return {**labels, "dataset": "by dataset mean"} if dataset else labels
 
 
 class InfoLabel(QElidingLabel):
@@ -104,6 +105,12 @@ class ChoiceButton(QToolButton):
         metrics = self.fontMetrics()
         extra = self.sizeHint().width() - metrics.horizontalAdvance(self.text())
         return extra + max(metrics.horizontalAdvance(f"{label} ▾") for label in self._items.values())
+
+    def set_items(self, items: dict[str, str]) -> None:
+        """Other choices (the current value stays when it is still one of them, else the first is shown)."""
+        if items != self._items:
+            self._items = dict(items)
+            self.set_value(self._value if self._value in items else next(iter(items)))
 
     def set_value(self, value: str, notify: bool = False) -> None:
         if value not in self._items:
@@ -380,6 +387,10 @@ class FeatureMapPanel(QFrame):
     def _draw(self, picture: PanelPicture) -> None:
         self.picture = picture
         self.settings = picture.settings
+        # "by dataset mean" is offered while a scan covers this module (kept while chosen, drawn in channel order).
+        dataset = picture.dataset_order is not None or picture.settings.sort == "dataset"
+        self.sort_box.set_items(sort_labels(self.kind, dataset))
+        self.sort_box.set_value(picture.settings.sort)
         kind = picture.channels.kind
         self._show_labels(picture)
         self._set_legend(picture)
