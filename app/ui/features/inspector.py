@@ -11,14 +11,12 @@ a script. Its dock shares a tab stack with the Interventions; Hooks > Hook inspe
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QPlainTextEdit,
     QPushButton,
     QSplitter,
     QTableWidget,
@@ -35,6 +33,7 @@ from app.core.snippets import snippet_for
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.workspace import Workspace
+from app.ui.widgets.code_view import code_view, notice_label
 
 FEATURE_ID = "inspector"
 DOCK_ID = "inspector"
@@ -89,15 +88,8 @@ class InspectorFeature:
         self.table.verticalHeader().setDefaultSectionSize(24)
         self.table.itemSelectionChanged.connect(self._show_code)
 
-        self.note = QLabel("")
-        self.note.setObjectName("notice")
-        self.note.setWordWrap(True)
-        self.note.setVisible(False)
-        self.code = QPlainTextEdit()
-        self.code.setReadOnly(True)
-        self.code.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-        self.code.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.code.setPlaceholderText("Select a hook to see the plain PyTorch that registers it.")
+        self.note = notice_label()
+        self.code = code_view("Select a hook to see the plain PyTorch that registers it.", wrap=True)
         self.copy_button = QPushButton("Copy")
         self.copy_button.setToolTip("Copy this hook's code to the clipboard")
         self.copy_button.clicked.connect(self.copy_snippet)

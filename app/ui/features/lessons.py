@@ -23,7 +23,6 @@ from functools import partial
 
 import torch
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -31,7 +30,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QListWidget,
-    QPlainTextEdit,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -48,6 +46,7 @@ from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.worker import Job
 from app.ui.state.workspace import Workspace
+from app.ui.widgets.code_view import code_view, notice_label
 
 FEATURE_ID = "lessons"
 DOCK_ID = "lessons"
@@ -163,15 +162,8 @@ class LessonsFeature:
         self._fit_table()
         self.claim = QLabel("")
         self.claim.setWordWrap(True)
-        self.note = QLabel("")
-        self.note.setObjectName("notice")
-        self.note.setWordWrap(True)
-        self.note.setVisible(False)
-        self.code = QPlainTextEdit()
-        self.code.setReadOnly(True)
-        self.code.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.code.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.code.setPlaceholderText("The plain PyTorch of the lesson appears here.")
+        self.note = notice_label()
+        self.code = code_view("The plain PyTorch of the lesson appears here.", wrap=False)
         self.copy_button = QPushButton("Copy code")
         self.copy_button.setToolTip("Copy the lesson's plain PyTorch (runnable on its own)")
         self.copy_button.clicked.connect(self.copy_snippet)
