@@ -8,4 +8,14 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402,F401  (before any Qt import)
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A private torch hub cache (its checkpoints folder): downloads and cached weights never touch the user's."""
+    previous = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path / "hub"))
+    yield tmp_path / "hub" / "checkpoints"
+    torch.hub.set_dir(previous)

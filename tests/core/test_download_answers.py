@@ -9,12 +9,10 @@ from __future__ import annotations
 import http.server
 import socket
 import socketserver
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import torch
+from loopback import files_in, serving
 
 from app.cli import main
 from app.core.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
@@ -52,38 +50,17 @@ class _Garbage(socketserver.BaseRequestHandler):
 @pytest.fixture
 def redirects() -> Iterator[http.server.ThreadingHTTPServer]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirects)
-    httpd.requests, httpd.daemon_threads = 0, True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    httpd.requests = 0
+    with serving(httpd):
+        yield httpd
 
 
 @pytest.fixture
 def garbage() -> Iterator[socketserver.ThreadingTCPServer]:
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Garbage)
-    server.daemon_threads = True
     server.answer = b"\x00\x17 SSH-2.0-OpenSSH_9.6 this is not HTTP at all\r\n\r\n"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    server.base = f"http://127.0.0.1:{server.server_address[1]}"
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[Path]:
-    previous = torch.hub.get_dir()
-    torch.hub.set_dir(str(tmp_path / "hub"))
-    yield tmp_path / "hub" / "checkpoints"
-    torch.hub.set_dir(previous)
-
-
-def files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    with serving(server):
+        yield server
 
 
 def test_a_redirect_loop_is_one_sentence(redirects, hub) -> None:
@@ -94,13 +71,13 @@ def test_a_redirect_loop_is_one_sentence(redirects, hub) -> None:
     assert message == (f"The server 127.0.0.1:{redirects.server_address[1]} sends the address of tiny-00000000.pth "
                        "round in a redirect loop, so nothing was downloaded; try again later or use another mirror "
                        f"(${WEIGHTS_URL_ENV}).")  # fmt: skip
-    assert "offline" not in message and files(hub) == []
+    assert "offline" not in message and files_in(hub) == []
 
 
 def test_an_endless_chain_of_redirects_is_one_sentence_too(redirects, hub) -> None:
     with pytest.raises(WeightsDownloadError, match=r"redirect loop") as raised:
         download_to_cache(f"{redirects.base}/chain/start-00000000.pth", filename="start-00000000.pth")
-    assert "\n" not in str(raised.value) and files(hub) == []
+    assert "\n" not in str(raised.value) and files_in(hub) == []
 
 
 def test_cli_redirect_loop_prints_one_error_line(redirects, hub, monkeypatch, capsys) -> None:
@@ -109,7 +86,7 @@ def test_cli_redirect_loop_prints_one_error_line(redirects, hub, monkeypatch, ca
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("hookscope: downloading ") and len(err) == 2, err
     assert err[1].startswith("hookscope: error: The server 127.0.0.1:") and "redirect loop" in err[1]
-    assert files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_a_server_that_answers_garbage_is_not_called_offline(garbage, hub) -> None:
@@ -120,7 +97,7 @@ def test_a_server_that_answers_garbage_is_not_called_offline(garbage, hub) -> No
     assert message.startswith(f"The server 127.0.0.1:{garbage.server_address[1]} answered with something that is not "
                               "HTTP (")  # fmt: skip
     assert message.endswith(f"so nothing was downloaded: is the address (or ${WEIGHTS_URL_ENV}) right?")
-    assert files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_a_server_that_closes_without_a_word_is_not_called_offline(garbage, hub) -> None:

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import torchvision
+from loopback import files_in, serving
 
 from app.cli import main
 from app.core import weights as core_weights
@@ -66,26 +66,9 @@ class _Trickle(http.server.BaseHTTPRequestHandler):
 def trickle():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
     httpd.files, httpd.stop = {}, threading.Event()
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield httpd
-    httpd.stop.set()
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture
-def hub(tmp_path):
-    previous = torch.hub.get_dir()
-    torch.hub.set_dir(str(tmp_path / "hub"))
-    yield tmp_path / "hub" / "checkpoints"
-    torch.hub.set_dir(previous)
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    with serving(httpd):
+        yield httpd
+        httpd.stop.set()
 
 
 def test_a_trickle_gives_up_with_a_clear_sentence_and_leaves_nothing(trickle, hub):
@@ -105,7 +88,7 @@ def test_a_trickle_gives_up_with_a_clear_sentence_and_leaves_nothing(trickle, hu
     assert "would take" in message and "nothing was saved to the cache" in message and "\n" not in message
     assert 1.0 <= elapsed < 4.0  # after one window, not after the body or a timeout
     assert any(done > 0 for done, _, _ in progress)  # the bar moved: bytes are read as they come, not 64 kB at once
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_a_slow_but_steady_download_is_not_cut(trickle, hub):
@@ -113,7 +96,7 @@ def test_a_slow_but_steady_download_is_not_cut(trickle, hub):
     name = f"tiny-{hashlib.sha256(body).hexdigest()[:8]}.pth"
     trickle.files[f"/{name}"] = (body, 500, 0.05)  # about 10 kB/s, for 0.6 s
     path = download_to_cache(f"{trickle.base}/{name}", timeout=5, min_rate=1000, rate_window=0.2)
-    assert path.read_bytes() == body and _files(hub) == [name]
+    assert path.read_bytes() == body and files_in(hub) == [name]
 
 
 def test_the_command_line_gives_up_in_one_line(trickle, hub, monkeypatch, capsys):
@@ -125,7 +108,7 @@ def test_the_command_line_gives_up_in_one_line(trickle, hub, monkeypatch, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith(f"hookscope: error: The download of {MODEL}'s weights from 127.0.0.1:")
     assert "under the 1 kB/s minimum" in lines[-1]
-    assert _files(hub) == []
+    assert files_in(hub) == []
     assert main(["download", "--model", MODEL, "--min-rate", "-1"]) == 2
     assert capsys.readouterr().err.strip() == "hookscope: error: --min-rate is a speed in kB/s (0: no minimum), not -1."
 
@@ -155,6 +138,6 @@ def test_sigterm_removes_the_partial_file(trickle, tmp_path):
             process.kill()
             process.wait()
     assert process.returncode == SIGTERM_EXIT, err
-    assert _files(checkpoints) == []  # the .part file went, as on Ctrl-C
+    assert files_in(checkpoints) == []  # the .part file went, as on Ctrl-C
     assert out == ""
     assert err.strip().splitlines()[-1] == "hookscope: download stopped (SIGTERM); nothing was saved to the cache"

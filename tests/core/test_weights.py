@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
+from loopback import files_in, serving
 
 from app.cli import build_parsers, load_for_cli, main
 from app.core.errors import ModelError
@@ -77,22 +78,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.files, httpd.requests, httpd.release = {}, [], threading.Event()
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield httpd
-    httpd.release.set()
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture
-def hub(tmp_path):
-    previous = torch.hub.get_dir()
-    torch.hub.set_dir(str(tmp_path / "hub"))
-    yield tmp_path / "hub" / "checkpoints"
-    torch.hub.set_dir(previous)
+    with serving(httpd):
+        yield httpd
+        httpd.release.set()
 
 
 def _named(prefix: str, body: bytes) -> str:
@@ -110,10 +98,6 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
 def test_expected_hash_prefix_follows_the_torch_hub_convention():
@@ -142,7 +126,7 @@ def test_good_file_is_verified_and_moved_into_the_cache(server, hub):
     calls = []
     path = download_to_cache(f"{server.base}/models/{name}", progress=lambda *a: calls.append(a))
     assert path == hub / name and path.read_bytes() == body
-    assert _files(hub) == [name]
+    assert files_in(hub) == [name]
     assert calls[0] == (0, len(body), 0.0)
     assert calls[-1][:2] == (len(body), len(body)) and calls[-1][2] > 0
     assert all(done <= total for done, total, _ in calls)
@@ -156,7 +140,7 @@ def test_wrong_file_is_discarded(server, hub):
         download_to_cache(f"{server.base}/{name}")
     message = str(error.value)
     assert "not the one its name promises" in message and name in message and "\n" not in message
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_file_cut_short_is_discarded(server, hub):
@@ -165,7 +149,7 @@ def test_file_cut_short_is_discarded(server, hub):
     server.files[f"/{name}"] = ("cut", body)
     with pytest.raises(WeightsDownloadError, match=r"cut short after 0\.1 MB of 0\.3 MB"):
         download_to_cache(f"{server.base}/{name}")
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_server_that_stops_mid_way_leaves_nothing(server, hub):
@@ -175,7 +159,7 @@ def test_server_that_stops_mid_way_leaves_nothing(server, hub):
     with pytest.raises(WeightsDownloadError) as error:
         download_to_cache(f"{server.base}/{name}")
     assert "connection" in str(error.value).lower() or "not the one its name promises" in str(error.value)
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_server_that_stalls_times_out_and_leaves_nothing(server, hub):
@@ -184,7 +168,7 @@ def test_server_that_stalls_times_out_and_leaves_nothing(server, hub):
     server.files[f"/{name}"] = ("stall", body)
     with pytest.raises(WeightsDownloadError, match=r"stalled \(no data for 0\.5 s\)"):
         download_to_cache(f"{server.base}/{name}", timeout=0.5)
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_cancel_after_the_first_chunk(server, hub):
@@ -200,14 +184,14 @@ def test_cancel_after_the_first_chunk(server, hub):
     with pytest.raises(DownloadCancelled, match="cancelled; nothing was saved"):
         download_to_cache(f"{server.base}/{name}", cancelled=cancelled)
     assert len(polls) == 3
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_missing_file_on_the_server(server, hub, monkeypatch):
     monkeypatch.setenv(WEIGHTS_URL_ENV, server.base + "/mirror")
     with pytest.raises(WeightsDownloadError, match=f"answered '404 Not Found' for {MODEL}-.*HOOKSCOPE_WEIGHTS_URL"):
         download_weights(MODEL)
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_offline_is_one_clear_sentence(hub, monkeypatch):
@@ -218,7 +202,7 @@ def test_offline_is_one_clear_sentence(hub, monkeypatch):
     message = str(error.value)
     assert message.startswith(f"Could not reach 127.0.0.1:{port} to download resnet18's weights (")
     assert "you appear to be offline" in message and "resnet18-f37072fd.pth" in message and "\n" not in message
-    assert _files(hub) == []
+    assert files_in(hub) == []
     # the window's path: the untrained model, with that sentence as its notice
     loaded = load_model_downloading("resnet18", seed=2)
     assert not loaded.pretrained and "you appear to be offline" in loaded.notice and "seed 2" in loaded.notice
@@ -241,7 +225,7 @@ def test_download_by_name_then_load_uses_the_cache(served_model_weights, hub, se
     assert not load_model(MODEL, "default").pretrained
     path = download_weights(MODEL)
     assert path == default_weights_file(MODEL) == hub / served_model_weights
-    assert _files(hub) == [served_model_weights] and is_cached(MODEL)
+    assert files_in(hub) == [served_model_weights] and is_cached(MODEL)
     loaded = load_model(MODEL, "default")
     assert loaded.pretrained and loaded.notice == "" and loaded.categories[281] == "tabby"
     torch.manual_seed(4)
@@ -257,7 +241,7 @@ def test_forced_download_replaces_only_when_verified(served_model_weights, hub, 
     server.files[f"/mirror/{served_model_weights}"] = ("cut", good)
     with pytest.raises(WeightsDownloadError, match="cut short"):
         download_weights(MODEL, force=True)
-    assert _files(hub) == [served_model_weights] and path.read_bytes() == good
+    assert files_in(hub) == [served_model_weights] and path.read_bytes() == good
 
 
 def test_load_model_downloading_gives_the_pretrained_model(served_model_weights, hub):
@@ -276,7 +260,7 @@ def test_stale_partial_files_are_cleaned_up(server, hub):
     os.utime(stale, (1, 1))  # untouched for decades: a killed download's leftover
     server.files[f"/{name}"] = ("good", body)
     download_to_cache(f"{server.base}/{name}")
-    assert _files(hub) == [name]
+    assert files_in(hub) == [name]
 
 
 def test_cli_download_failures_are_one_line_and_leave_the_cache_clean(server, hub, monkeypatch, capsys):
@@ -290,14 +274,14 @@ def test_cli_download_failures_are_one_line_and_leave_the_cache_clean(server, hu
     assert (
         len(errors) == 1 and errors[0].startswith("hookscope: error: ") and "not the one its name promises" in errors[0]
     )
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
     monkeypatch.setenv(WEIGHTS_URL_ENV, f"http://127.0.0.1:{_closed_port()}/")
     assert main(["download", "--model", MODEL]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hookscope: downloading http://127.0.0.1:") and err.count("\n") == 2
     assert err.splitlines()[1].startswith("hookscope: error: Could not reach") and "you appear to be offline" in err
-    assert _files(hub) == []
+    assert files_in(hub) == []
 
 
 def test_cli_download_when_cached_prints_the_path(hub, capsys):

@@ -6,7 +6,6 @@ import hashlib
 import http.server
 import io
 import os
-import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (tests/conftest.py does it too)
 
@@ -18,6 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torchvision  # noqa: E402,F401  (torch before Qt, as in the app)
 import weights_server  # noqa: E402
+from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool  # noqa: E402
 
@@ -125,21 +125,8 @@ def host(qtbot):
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), weights_server.WeightsHandler)
     httpd.files = {}
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    httpd.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture
-def hub(tmp_path):
-    previous = torch.hub.get_dir()
-    torch.hub.set_dir(str(tmp_path / "hub"))
-    yield tmp_path / "hub" / "checkpoints"
-    torch.hub.set_dir(previous)
+    with serving(httpd):
+        yield httpd
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
+from loopback import files_in
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 from torch import nn
-from weights_server import SMALL, _files
+from weights_server import SMALL
 
 from app.core import models as core_models
 from app.core.model_inputs import custom_preprocess
@@ -31,7 +32,7 @@ from app.ui.main_window import MainWindow
 RUN_TIMEOUT_MS = 120_000
 
 
-def drop_files(window: MainWindow, paths: list[Path]) -> None:
+def dropfiles_in(window: MainWindow, paths: list[Path]) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
     enter = QDragEnterEvent(QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
@@ -61,7 +62,7 @@ class MarkerNet(nn.Module):
         Path(state["marker"]).write_text("unpickled")
 
 
-def model_files(window: MainWindow) -> ModelFilesFeature:
+def modelfiles_in(window: MainWindow) -> ModelFilesFeature:
     return window.features["model_files"]
 
 
@@ -94,10 +95,10 @@ def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window,
     torch.save(saved, path)
     before = window.workspace.ticked_pairs()
     asked = []
-    monkeypatch.setattr(model_files(window), "ask_architecture",
+    monkeypatch.setattr(modelfiles_in(window), "ask_architecture",
                         lambda file, keys: asked.append((file, keys)) or ("resnet18", False))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        drop_files(window, [path])
+        dropfiles_in(window, [path])
     assert asked == [(str(path), len(saved))]
     loaded = window.workspace.loaded
     assert loaded.source == "state_dict" and loaded.model_file == str(path) and loaded.name == "resnet18"
@@ -107,7 +108,7 @@ def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window,
     assert window.workspace.last.result.records
 
     # File > Recent models opens it again without asking
-    monkeypatch.setattr(model_files(window), "ask_architecture", never)
+    monkeypatch.setattr(modelfiles_in(window), "ask_architecture", never)
     open_model = window.menus.actions["file.open_model"]
     assert open_model.text() == "Open model…" and open_model.shortcut().toString() == "Ctrl+Shift+O"
     actions = recent_models_menu(window)
@@ -124,16 +125,16 @@ def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(window, qtbot, t
     torch.save({"state_dict": saved}, path)
     previous = window.workspace.loaded
     answers = iter([("resnet18", False), ("resnet18", True)])
-    monkeypatch.setattr(model_files(window), "ask_architecture", lambda file, keys: next(answers))
+    monkeypatch.setattr(modelfiles_in(window), "ask_architecture", lambda file, keys: next(answers))
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
-        model_files(window).open(path)
+        modelfiles_in(window).open(path)
     message = shown.args[0]
     assert "does not fit resnet18" in message and "shape mismatch" in message and "fc.weight" in message
     assert "(10, 512)" in message and "non-strict" in message
     assert window.workspace.loaded is previous  # nothing half-loaded: the previous model stays
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        model_files(window).open(path)
+        modelfiles_in(window).open(path)
     loaded = window.workspace.loaded
     notice = weights_download(window)  # the notice row above the panels shows any notice of the loaded model
     assert loaded is not previous and "Non-strict load" in loaded.notice and notice.row.isVisible()
@@ -148,18 +149,18 @@ def test_a_pickled_model_opens_only_when_trusted(window, qtbot, tmp_path, monkey
     torch.save(MarkerNet(marker), path)
     previous, results = window.workspace.loaded, window.workspace.last
     asked = []
-    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: asked.append((file, objects)) or False)
-    with qtbot.waitSignal(model_files(window).refused, timeout=RUN_TIMEOUT_MS) as refused:
-        drop_files(window, [path])
+    monkeypatch.setattr(modelfiles_in(window), "ask_trust", lambda file, objects: asked.append((file, objects)) or False)
+    with qtbot.waitSignal(modelfiles_in(window).refused, timeout=RUN_TIMEOUT_MS) as refused:
+        dropfiles_in(window, [path])
     assert asked and asked[0][0] == str(path)
     assert any(name.endswith("MarkerNet") for name in asked[0][1])  # the dialog names what the file imports
     assert "not trusted" in refused.args[0] and "whole_model.pt" in window.last_error
     assert not marker.exists()  # nothing from the file ran
     assert window.workspace.loaded is previous and window.workspace.last is results
 
-    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: True)
+    monkeypatch.setattr(modelfiles_in(window), "ask_trust", lambda file, objects: True)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        drop_files(window, [path])
+        dropfiles_in(window, [path])
     assert marker.exists()
     assert window.workspace.loaded.source == "pickle" and isinstance(window.workspace.loaded.module, MarkerNet)
     assert window.workspace.last.result.records  # its default layers were ticked and ran
@@ -175,14 +176,14 @@ def test_a_python_factory_runs_only_when_trusted(window, qtbot, tmp_path, monkey
     )
     previous = window.workspace.loaded
     trust = []
-    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: trust.append(file) or False)
-    with qtbot.waitSignal(model_files(window).refused, timeout=RUN_TIMEOUT_MS):
-        drop_files(window, [code])
+    monkeypatch.setattr(modelfiles_in(window), "ask_trust", lambda file, objects: trust.append(file) or False)
+    with qtbot.waitSignal(modelfiles_in(window).refused, timeout=RUN_TIMEOUT_MS):
+        dropfiles_in(window, [code])
     assert trust == [f"{code}:build"] and not marker.exists() and window.workspace.loaded is previous
 
-    monkeypatch.setattr(model_files(window), "ask_trust", lambda file, objects: True)
+    monkeypatch.setattr(modelfiles_in(window), "ask_trust", lambda file, objects: True)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        model_files(window).open(code)
+        modelfiles_in(window).open(code)
     assert marker.exists() and window.workspace.loaded.source == "python"
     # a one-channel first convolution: a grayscale input was guessed, and the window says it is a guess
     assert window.workspace.loaded.preprocess.channels == 1
@@ -199,10 +200,10 @@ def test_torchscript_and_other_files_are_refused_and_the_results_stay(window, qt
     junk.write_bytes(b"these are not weights" * 100)
     previous, results = window.workspace.loaded, window.workspace.last
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
-        drop_files(window, [scripted])
+        dropfiles_in(window, [scripted])
     assert "TorchScript" in shown.args[0] and "hooks" in shown.args[0] and "--" not in shown.args[0]
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
-        drop_files(window, [junk])
+        dropfiles_in(window, [junk])
     assert "not a PyTorch model or weights file" in shown.args[0]
     assert window.workspace.loaded is previous and window.workspace.last is results
     assert window.workspace.registry.handles()  # the previous hooks are still on the previous model
@@ -264,7 +265,7 @@ def test_download_button_fetches_the_weights_with_progress_then_uses_them(make_w
     assert download.progress.value() == download.progress.maximum() == 1000  # 100%
     assert values and values[-1] == 1000
     assert any("MB/s" in text and f"of {len(body) / 1e6:.1f} MB" in text for text in texts)
-    assert _files(hub) == [name]
+    assert files_in(hub) == [name]
     loaded = window.workspace.loaded
     assert loaded.pretrained and loaded.weights == "default" and loaded.name == SMALL
     torch.manual_seed(4)
@@ -290,7 +291,7 @@ def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(make
     with qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS) as finished:
         download.download_button.click()
     assert finished.args[0] == "cancelled" and "nothing was saved" in finished.args[1]
-    assert _files(hub) == []  # neither the weights nor a partial file
+    assert files_in(hub) == []  # neither the weights nor a partial file
     assert window.workspace.loaded is previous and not window.workspace.loaded.pretrained
     assert download.download_button.isVisible() and not download.progress.isVisible()
 
@@ -311,5 +312,5 @@ def test_offline_download_is_one_sentence_and_the_untrained_model_stays(make_win
     assert "failed" in notice.sentence.text() and "random weights" in notice.sentence.text()
     assert notice.details.isVisible() and "you appear to be offline" in notice.details.text()
     assert window.last_error == message
-    assert window.workspace.loaded is previous and _files(hub) == []
+    assert window.workspace.loaded is previous and files_in(hub) == []
     assert weights_download(window).download_button.text().startswith("Try again")

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torchvision
+from loopback import files_in
 from PySide6.QtCore import Qt
-from weights_server import SMALL, _files
+from weights_server import SMALL
 
 from app.core.models import LoadedModel
 from app.core.weights import WEIGHTS_URL_ENV
@@ -73,7 +74,7 @@ def test_download_fetches_the_weights_with_progress_then_uses_them(download, unt
     assert finished.args[0] == "done" and name in finished.args[1]
     assert values and values[-1] == 1000  # 100%
     assert any("MB/s" in text and f"of {len(body) / 1e6:.1f} MB" in text for text in texts)
-    assert _files(hub) == [name]
+    assert files_in(hub) == [name]
     loaded = untrained.loaded
     assert loaded.pretrained and loaded.weights == "default" and loaded.name == SMALL
     torch.manual_seed(4)
@@ -98,7 +99,7 @@ def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(down
     with qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS) as finished:
         download.download_button.click()
     assert finished.args[0] == "cancelled" and "nothing was saved" in finished.args[1]
-    assert _files(hub) == []  # neither the weights nor a partial file
+    assert files_in(hub) == []  # neither the weights nor a partial file
     assert untrained.loaded is previous and not untrained.loaded.pretrained
     assert shown(download.download_button) and download.download_button.text() == "Download (5 MB)"
     assert not shown(download.progress) and not shown(download.cancel_button)
@@ -121,7 +122,7 @@ def test_an_unreachable_server_is_one_sentence_and_the_untrained_model_stays(dow
     assert "failed" in sentence and "random weights" in sentence and str(port) not in sentence
     assert shown(download.details) and "you appear to be offline" in download.details.text()  # why, opened
     assert download.download_button.text().startswith("Try again")
-    assert untrained.loaded is previous and _files(hub) == []
+    assert untrained.loaded is previous and files_in(hub) == []
 
 
 def test_no_notice_when_random_weights_were_asked_for(workspace, host):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import time
-from pathlib import Path
 
 SMALL = "squeezenet1_1"  # a catalogue model with small (5 MB) weights
 
@@ -40,7 +39,3 @@ class WeightsHandler(http.server.BaseHTTPRequestHandler):
         except OSError:  # the client cancelled
             pass
         self.close_connection = True
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
