@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from app.core.capture import RunResult
 from app.core.errors import HookscopeError
+from app.core.hooks import OUTPUT_GRADIENT_KINDS
 
-GRADIENT_KINDS = ("tensor", "backward")
 
 
 def _maps(values: np.ndarray | torch.Tensor, what: str) -> np.ndarray:
@@ -67,7 +67,7 @@ def run_grad_cam(result: RunResult, path: str, call: int = 0) -> np.ndarray:
     gradient = next(
         (
             r
-            for kind in GRADIENT_KINDS
+            for kind in OUTPUT_GRADIENT_KINDS
             for r in result.of_kind(kind)
             if r.path == path and r.call == call and not r.leaf
         ),

@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from app.core.capture import RunResult
-from app.core.hooks import Record
+from app.core.hooks import GRADIENT_KINDS, Record
 from app.core.models import LoadedModel
 from app.core.numeric import numeric_report
 from app.core.resources import apply_colormap
@@ -26,7 +26,6 @@ ARCHIVES = {
     "backward": "gradients.npz",
     "tensor": "tensor_gradients.npz",
 }
-GRADIENT_KINDS = ("backward", "tensor")
 
 
 def record_picture(record: Record, check_finite: bool = True) -> ChannelData:

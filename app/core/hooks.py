@@ -32,8 +32,12 @@ from app.core.interventions import EditState, Intervention, check_channels, make
 from app.core.structure import tensor_leaves
 from app.core.tree import ModelSurvey
 
-HookKind = Literal["forward", "pre", "backward", "tensor"]
-KINDS: tuple[HookKind, ...] = ("forward", "pre", "backward", "tensor")
+HookKind = Literal["forward", "pre", "backward", "tensor", "grad_input"]
+KINDS: tuple[HookKind, ...] = ("forward", "pre", "backward", "tensor", "grad_input")
+# The kinds that record the gradient of a module's output (what Grad-CAM and the "no gradient" list are about), and
+# every kind that records a gradient (drawn as |grad|).
+OUTPUT_GRADIENT_KINDS: tuple[HookKind, ...] = ("tensor", "backward")
+GRADIENT_KINDS: tuple[HookKind, ...] = (*OUTPUT_GRADIENT_KINDS, "grad_input")
 
 FORWARD = "register_forward_hook"
 PRE = "register_forward_pre_hook"
@@ -55,20 +59,38 @@ class HookInfo:
     label: str = ""  # an edit's description in words
 
 
-@dataclass
 class Record:
-    """One tensor a hook saw during a run, already on the CPU."""
+    """One tensor a hook saw during a run.
 
-    path: str
-    kind: HookKind
-    call: int  # 0 for the first call of the module in the forward pass, 1 for the second...
-    leaf: str  # "" for a plain tensor, else its path inside a structured value ("0", "logits")
-    method: str
-    tensor: torch.Tensor
+    ``data`` is the tensor as the hook saw it, detached, on the run's device: a hook never copies it to the CPU,
+    so a run on a GPU moves only what is shown (``app.core.display`` prepares screen-sized images there).
+    ``tensor`` is the CPU tensor that exports and arrays read: ``data`` itself on the CPU, a copy made on first use
+    (and kept) on another device.
+    """
+
+    __slots__ = ("path", "kind", "call", "leaf", "method", "data", "_cpu")
+
+    def __init__(self, path: str, kind: HookKind, call: int, leaf: str, method: str, data: torch.Tensor) -> None:
+        self.path = path
+        self.kind = kind
+        self.call = call  # 0 for the first call of the module in the forward pass, 1 for the second...
+        self.leaf = leaf  # "" for a plain tensor, else its path inside a structured value ("0", "logits")
+        self.method = method
+        self.data = data
+        self._cpu: torch.Tensor | None = data if data.device.type == "cpu" else None
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        if self._cpu is None:
+            self._cpu = self.data.to("cpu")
+        return self._cpu
 
     @property
     def key(self) -> str:
         return record_key(self.path, self.call, self.leaf)
+
+    def __repr__(self) -> str:
+        return f"Record({self.key!r}, {self.kind!r}, {self.method!r}, {tuple(self.data.shape)}, {self.data.device})"
 
 
 def record_key(path: str, call: int = 0, leaf: str = "") -> str:

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from app.core.hooks import Record, record_key
+from app.core.hooks import OUTPUT_GRADIENT_KINDS, Record, record_key
 from app.core.tree import ModelSurvey
 
-GRADIENT_KINDS = ("tensor", "backward")
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def missing_gradients(
     have = {(r.path, r.kind, r.call, r.leaf) for r in records}
     missing = []
     for path, kind in hooks:
-        if kind not in GRADIENT_KINDS:
+        if kind not in OUTPUT_GRADIENT_KINDS:
             continue
         run = survey.run_of(path)
         states = run.leaf_autograd or ("tracked",) * len(run.output_leaves)

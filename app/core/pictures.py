@@ -36,8 +36,9 @@ KIND_LABELS: dict[str, str] = {
     "forward": "Activations",
     "backward": "Gradients",
     "tensor": "Output gradients",
+    "grad_input": "Input gradients",
 }
-KIND_ORDER: dict[str, int] = {"pre": 0, "forward": 1, "backward": 2, "tensor": 3}
+KIND_ORDER: dict[str, int] = {"pre": 0, "forward": 1, "backward": 2, "tensor": 3, "grad_input": 4}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSlider, QVBoxLayout, QWidget
 
-from app.core.cam import GRADIENT_KINDS, has_spatial_output, overlay, run_grad_cam
+from app.core.cam import has_spatial_output, overlay, run_grad_cam
+from app.core.hooks import OUTPUT_GRADIENT_KINDS
 from app.core.errors import HookscopeError
 from app.core.pictures import KIND_LABELS, PanelPicture
 from app.core.resources import colormap_lut
@@ -137,7 +138,7 @@ class GradCamFeature:
         wanted = []
         if not registry.has(path, "forward"):
             wanted.append("forward")
-        if not any(registry.has(path, kind) for kind in GRADIENT_KINDS):
+        if not any(registry.has(path, kind) for kind in OUTPUT_GRADIENT_KINDS):
             wanted.append("backward")
         ticked = [kind for _, kind, _ in workspace.set_ticked([(path, kind) for kind in wanted], True)]
         self._tick_note = ""
@@ -216,7 +217,7 @@ class GradCamFeature:
         paths: list[str] = []
         if outcome is not None:
             result = outcome.result
-            grads = {r.path for r in result.records if r.kind in GRADIENT_KINDS and not r.call and not r.leaf}
+            grads = {r.path for r in result.records if r.kind in OUTPUT_GRADIENT_KINDS and not r.call and not r.leaf}
             paths = [
                 r.path
                 for r in result.of_kind("forward")
