@@ -195,10 +195,9 @@ def capture_run(
                     registry.use_fallback_everywhere()
             raise RunError("Captured tensors kept changing in place; the run was abandoned.")
     except torch.OutOfMemoryError as error:
-        raise RunError(f"Out of memory on {dev} ({first_line(error)}); try a smaller model or the CPU.") from error
-    finally:
-        if dev.type == "cuda":
+        if dev.type == "cuda":  # give back what the failed run cached, for the previous results and the next try
             torch.cuda.empty_cache()
+        raise RunError(f"Out of memory on {dev} ({first_line(error)}); try a smaller model or the CPU.") from error
 
 
 def _run_once(

@@ -6,9 +6,17 @@ while a run is recording (``registry.recording(recorder)``), so a tick between r
 Kinds:
     forward   ``register_forward_hook``: the module's output (the feature maps)
     pre       ``register_forward_pre_hook(with_kwargs=True)``: the module's inputs
-    backward  ``register_full_backward_hook``: the gradient of the module's output; where an in-place op makes
-              that hook raise, a ``Tensor.register_hook`` on the output, registered from a forward hook
-    tensor    ``Tensor.register_hook`` on the module's output, registered from a forward hook
+    backward  ``register_full_backward_hook``: the gradient of the module's output (its ``grad_output``); where
+              an in-place op makes that hook raise, a ``Tensor.register_hook`` on the output, registered from a
+              forward hook
+    tensor    ``Tensor.register_hook`` on the module's output, registered from a forward hook: the gradient of
+              the output, exact under in-place ops and edits (what the window's Grad column uses)
+    grad_input ``register_full_backward_hook``: the gradient of the target with respect to the module's inputs
+              (its ``grad_input``, which only this hook gives); where it cannot work, a ``Tensor.register_hook`` on
+              each input tensor, registered from a forward pre-hook (the input tensor's whole gradient)
+
+Each hook's decisions (copy or keep a reference, where the module's input comes from) are made once per survey of
+the model, not per call (``_Site``), so a hook costs about what a plain PyTorch hook keeping a reference costs.
 
 Edits (``add_edit``, see ``app.core.interventions``) are hooks that return a value and so change what flows. They
 act in every run, recording or not, and run before the capture hooks of the same module (``prepend=True``), so a
@@ -17,6 +25,7 @@ capture sees the edited value. A disabled edit has no handle at all.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -44,6 +53,11 @@ PRE = "register_forward_pre_hook"
 FULL_BACKWARD = "register_full_backward_hook"
 TENSOR = "Tensor.register_hook"
 FALLBACK = "Tensor.register_hook (fallback)"
+FULL_BACKWARD_KINDS = ("backward", "grad_input")  # the kinds that register_full_backward_hook serves
+INPUT_FALLBACK_NOTE = (
+    "a tensor hook on each input tensor is used instead: it gets the gradient of the input tensor as a whole, so "
+    "where the input also feeds other modules, their share is included"
+)
 
 
 @dataclass(frozen=True)
@@ -111,67 +125,100 @@ class StaleCapture(Exception):
         self.paths = paths
 
 
+class _Site:
+    """What one capture hook needs to know, decided once (at registration, and again when a survey arrives), so
+    that the hook itself does no more than record: whether to copy what it sees (a later in-place op overwrites
+    it), how often the module runs, whether its input lies off the path to the image.
+
+    It also counts the module's calls within a run (``next_call``), by the run's serial number rather than a
+    reference to the run, so that a site never keeps an old run's records alive.
+    """
+
+    __slots__ = ("path", "kind", "method", "clone", "calls", "off_path", "rebase_view", "tuple_output", "_serial",
+                 "_count")
+
+    def __init__(self, path: str, kind: HookKind, method: str) -> None:
+        self.path = path
+        self.kind = kind
+        self.method = method
+        self.clone = False  # copy what the hook sees: a later in-place op would overwrite it
+        self.calls = 1  # calls of the module in a forward pass, as the survey saw them
+        self.off_path: bool | None = None  # its input does not depend on the image (None: unknown, look per call)
+        self.rebase_view = False  # its output is later changed in place: a view would route around a tensor hook
+        self.tuple_output = False  # a flat tuple: a full backward hook's grad_output has an entry per element
+        self._serial = 0
+        self._count = 0
+
+    def learn(self, survey: ModelSurvey) -> None:
+        run = survey.run_of(self.path)
+        self.clone = run.modifies_input if self.kind == "pre" else (
+            self.kind == "forward" and run.output_modified_later
+        )
+        self.calls = max(run.calls, 1)
+        self.off_path = run.ran and not run.input_needs_grad
+        self.rebase_view = run.output_modified_later
+        self.tuple_output = run.output_form == "tuple"
+
+    def next_call(self, serial: int) -> int:
+        """0 for the module's first call in run ``serial``, 1 for the second..."""
+        if self._serial != serial:
+            self._serial, self._count = serial, 0
+        call = self._count
+        self._count = call + 1
+        return call
+
+    def backward_call(self, serial: int) -> int:
+        """Full backward hooks fire in reverse order of the forward calls."""
+        return max(self.calls - 1 - self.next_call(serial), 0)
+
+
+_serials = itertools.count(1)
+
+
 class Recorder:
     """Collects the records of one run.
 
-    On the CPU a capture is a detached reference (no copy); it is cloned only where the survey (or an earlier
-    run) found that a later in-place op overwrites it. ``verify`` checks every reference's version counter, so a
-    missed in-place change is detected instead of silently reported as data.
+    A capture is a detached reference to the tensor the hook saw (no copy, on whatever device it is); it is cloned
+    only where the survey (or an earlier run) found that a later in-place op overwrites it. ``verify`` checks every
+    reference's version counter, so a missed in-place change is detected instead of silently reported as data.
     """
 
-    def __init__(self, clone: set[tuple[str, str]], survey: ModelSurvey | None) -> None:
+    def __init__(self) -> None:
+        self.serial = next(_serials)
         self.records: list[Record] = []
         self.grad_roots: list[torch.Tensor] = []  # tensors off the input's path whose gradient is wanted
-        self._clone = clone
-        self._survey = survey
-        self._calls: dict[tuple[str, str], int] = {}
-        self._backward_calls: dict[str, int] = {}
         self._watched: list[tuple[Record, int]] = []
         self._copies: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}
 
-    def next_call(self, path: str, kind: str) -> int:
-        count = self._calls.get((path, kind), 0)
-        self._calls[(path, kind)] = count + 1
-        return count
-
-    def backward_call(self, path: str) -> int:
-        """Full backward hooks fire in reverse order of the forward calls."""
-        seen = self._backward_calls.get(path, 0)
-        self._backward_calls[path] = seen + 1
-        calls = self._survey.run_of(path).calls if self._survey else 1
-        return max(calls - 1 - seen, 0)
-
-    def keep(self, path: str, kind: HookKind, call: int, leaf: str, method: str, tensor: torch.Tensor) -> None:
-        record = Record(path, kind, call, leaf, method, self._to_cpu(tensor, (path, kind) in self._clone))
+    def keep(self, site: _Site, call: int, leaf: str, tensor: torch.Tensor) -> None:
+        if site.clone:
+            record = Record(site.path, site.kind, call, leaf, site.method, self._copy(tensor))
+        else:
+            record = Record(site.path, site.kind, call, leaf, site.method, tensor.detach())
+            self._watched.append((record, tensor._version))
         self.records.append(record)
-        if tensor.device.type == "cpu" and record.tensor._version == tensor._version:
-            self._watched.append((record, record.tensor._version))
 
-    def _to_cpu(self, tensor: torch.Tensor, clone: bool) -> torch.Tensor:
-        tensor = tensor.detach()
-        if tensor.device.type == "cpu":
-            if not clone:
-                return tensor
+    def _copy(self, tensor: torch.Tensor) -> torch.Tensor:
         # One copy per tensor: a container's output is usually the very tensor its last child returned.
         cached = self._copies.get(id(tensor))
         if cached is not None and cached[0] is tensor and cached[1] == tensor._version:
             return cached[2]
-        copy = tensor.clone() if tensor.device.type == "cpu" else tensor.to("cpu")
+        copy = tensor.detach().clone()
         self._copies[id(tensor)] = (tensor, tensor._version, copy)
         return copy
 
     def verify(self) -> None:
-        stale = {(r.path, r.kind) for r, version in self._watched if r.tensor._version != version}
+        stale = {(r.path, r.kind) for r, version in self._watched if r.data._version != version}
         if stale:
             raise StaleCapture(stale)
 
-    def grad_hook(self, path: str, kind: HookKind, call: int, leaf: str, method: str):
+    def grad_hook(self, site: _Site, call: int, leaf: str):
         def hook(grad: torch.Tensor | None) -> None:
             # None: the node that made this output ran for another of its outputs, and this one got no gradient (a
             # full backward hook joins all a module's outputs in one node: nn.MultiheadAttention's unused weights).
             # Nothing to record; RunResult.no_gradient says why.
             if grad is not None:
-                self.keep(path, kind, call, leaf, method, grad)
+                self.keep(site, call, leaf, grad)
 
         return hook
 
@@ -180,6 +227,7 @@ class Recorder:
 class _Live:
     info: HookInfo
     handles: list[RemovableHandle]
+    site: _Site
 
 
 @dataclass
@@ -207,7 +255,6 @@ class HookRegistry:
         self._lock = threading.RLock()
         self._recorder: Recorder | None = None
         self._survey: ModelSurvey | None = None
-        self._clone: set[tuple[str, str]] = set()
         self._edits: dict[int, _Edit] = {}
         self._next_edit = 1
         self._next_order = 0
@@ -455,21 +502,37 @@ class HookRegistry:
 
     # ---- the hook functions -------------------------------------------------------------------------------
     def _register(self, path: str, kind: HookKind, module: nn.Module) -> _Live:
+        method, note = self._method_for(path, kind)
+        site = _Site(path, kind, method)
+        if self._survey is not None:
+            site.learn(self._survey)
         if kind == "forward":
-            handle = module.register_forward_hook(self._forward_capture(path))
-            return _Live(HookInfo(path, kind, FORWARD), [handle])
+            handle = module.register_forward_hook(self._forward_capture(site))
+        elif kind == "pre":
+            handle = module.register_forward_pre_hook(self._pre_capture(site), with_kwargs=True)
+        elif method == FULL_BACKWARD:
+            handle = module.register_full_backward_hook(self._full_backward_capture(site))
+        elif kind == "grad_input":
+            handle = module.register_forward_pre_hook(self._input_grad_capture(site))
+        else:  # tensor, or the backward fallback
+            handle = module.register_forward_hook(self._grad_capture(site))
+        return _Live(HookInfo(path, kind, method, note), [handle], site)
+
+    def _method_for(self, path: str, kind: HookKind) -> tuple[str, str]:
+        """The hook method a (path, kind) pair uses, and, for a fallback, why, in the words the inspector shows."""
+        if kind == "forward":
+            return FORWARD, ""
         if kind == "pre":
-            handle = module.register_forward_pre_hook(self._pre_capture(path), with_kwargs=True)
-            return _Live(HookInfo(path, kind, PRE), [handle])
+            return PRE, ""
         if kind == "tensor":
-            handle = module.register_forward_hook(self._grad_capture(path, "tensor", TENSOR))
-            return _Live(HookInfo(path, kind, TENSOR), [handle])
-        reason = self._full_backward_obstacle(path)
-        if reason:
-            handle = module.register_forward_hook(self._grad_capture(path, "backward", FALLBACK))
-            return _Live(HookInfo(path, kind, FALLBACK, reason), [handle])
-        handle = module.register_full_backward_hook(self._full_backward_capture(path))
-        return _Live(HookInfo(path, kind, FULL_BACKWARD), [handle])
+            return TENSOR, ""
+        obstacle = self._full_backward_obstacle(path)
+        if not obstacle:
+            return FULL_BACKWARD, ""
+        if kind == "grad_input":
+            return FALLBACK, f"{obstacle}; {INPUT_FALLBACK_NOTE}."
+        structured = self._survey is not None and self._survey.run_of(path).output_form == "structured"
+        return FALLBACK, f"{obstacle}; a tensor hook on {'each output tensor' if structured else 'its output'} is used instead."
 
     def _full_backward_obstacle(self, path: str) -> str:
         """Why ``register_full_backward_hook`` would fail on this module, or "" if it works (as far as known)."""
@@ -477,113 +540,158 @@ class HookRegistry:
             return ""
         run = self._survey.run_of(path)
         if run.modifies_input:
-            return "The module changes its input in place, so a full backward hook would raise; a tensor hook on its output is used instead."
+            return "The module changes its input in place, so a full backward hook would raise"
         if run.output_modified_later:
-            return "An in-place operation after this module changes its output, so a full backward hook would raise; a tensor hook on its output is used instead."
+            return "An in-place operation after this module changes its output, so a full backward hook would raise"
         if run.output_form == "structured":
-            return "The module returns a nested structure that full backward hooks do not see into; a tensor hook on each output tensor is used instead."
+            return "The module returns a nested structure that full backward hooks do not see into"
         if run.ran and not run.input_needs_grad:
-            return "The module's inputs do not depend on the image (e.g. a fixed table), so a full backward hook would never fire; a tensor hook on its output is used instead."
+            return "The module's inputs do not depend on the image (e.g. a fixed table), so a full backward hook would never fire"
         return ""
 
-    def _forward_capture(self, path: str):
+    def _forward_capture(self, site: _Site):
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             recorder = self._recorder
             if recorder is None:
                 return
-            call = recorder.next_call(path, "forward")
-            for leaf, tensor in tensor_leaves(output):
-                recorder.keep(path, "forward", call, leaf, FORWARD, tensor)
+            call = site.next_call(recorder.serial)
+            if isinstance(output, torch.Tensor):
+                recorder.keep(site, call, "", output)
+            else:
+                for leaf, tensor in tensor_leaves(output):
+                    recorder.keep(site, call, leaf, tensor)
 
         return hook
 
-    def _pre_capture(self, path: str):
+    def _pre_capture(self, site: _Site):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             recorder = self._recorder
             if recorder is None:
                 return
-            call = recorder.next_call(path, "pre")
+            call = site.next_call(recorder.serial)
+            if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):
+                recorder.keep(site, call, "", args[0])  # the usual single input needs no leaf name
+                return
             leaves = list(tensor_leaves(args)) + list(tensor_leaves(kwargs))
-            if len(leaves) == 1 and leaves[0][0] == "0":  # the usual single input needs no leaf name
+            if len(leaves) == 1 and leaves[0][0] == "0":
                 leaves = [("", leaves[0][1])]
             for leaf, tensor in leaves:
-                recorder.keep(path, "pre", call, leaf, PRE, tensor)
+                recorder.keep(site, call, leaf, tensor)
 
         return hook
 
-    def _grad_capture(self, path: str, kind: HookKind, method: str):
+    def _grad_capture(self, site: _Site):
         """A forward hook that puts a tensor hook on each output tensor, so the gradient arrives there."""
 
         def hook(module: nn.Module, args: tuple, output: Any) -> torch.Tensor | None:
             recorder = self._recorder
             if recorder is None or not torch.is_grad_enabled():
-                return
-            call = recorder.next_call(path, kind)
+                return None
+            call = site.next_call(recorder.serial)
             # An output that depends on parameters but not on the image lies off the path to the input: the
             # backward pass must be asked to reach it, or its tensor hook never fires. The module's parameters
             # are asked for rather than the output itself, which a later in-place op may have rebased.
-            off_path = not any(t.requires_grad for _, t in tensor_leaves(args))
+            off_path = site.off_path
+            if off_path is None:  # no survey yet
+                off_path = not any(t.requires_grad for _, t in tensor_leaves(args))
             if off_path:
                 recorder.grad_roots.extend(p for p in module.parameters() if p.requires_grad)
-            # Autograd re-routes a view that is later changed in place around the view's own node, so a hook on
-            # it would never fire: hand the model an identical copy instead (rare: Swin V2's cpb_mlp.0).
             replaced = None
-            if isinstance(output, torch.Tensor) and output.requires_grad and output._is_view():
-                run = self._survey.run_of(path) if self._survey else None
-                if run is not None and run.output_modified_later:
+            if isinstance(output, torch.Tensor):
+                if not output.requires_grad:
+                    return None
+                # Autograd re-routes a view that is later changed in place around the view's own node, so a hook
+                # on it would never fire: hand the model an identical copy instead (rare: Swin V2's cpb_mlp.0).
+                if site.rebase_view and output._is_view():
                     output = replaced = output.clone()
+                output.register_hook(recorder.grad_hook(site, call, ""))
+                if off_path:
+                    recorder.grad_roots.append(output)
+                return replaced
             for leaf, tensor in tensor_leaves(output):
                 if tensor.requires_grad:
-                    tensor.register_hook(recorder.grad_hook(path, kind, call, leaf, method))
+                    tensor.register_hook(recorder.grad_hook(site, call, leaf))
                     if off_path:
                         recorder.grad_roots.append(tensor)
-            return replaced
+            return None
 
         return hook
 
-    def _full_backward_capture(self, path: str):
-        def hook(module: nn.Module, grad_input: tuple, grad_output: tuple) -> None:
+    def _input_grad_capture(self, site: _Site):
+        """A forward pre-hook that puts a tensor hook on each input tensor: the ``grad_input`` fallback."""
+
+        def hook(module: nn.Module, args: tuple) -> None:
+            recorder = self._recorder
+            if recorder is None or not torch.is_grad_enabled():
+                return
+            call = site.next_call(recorder.serial)
+            leaves = list(tensor_leaves(args))
+            if len(leaves) == 1 and leaves[0][0] == "0":
+                leaves = [("", leaves[0][1])]
+            for leaf, tensor in leaves:
+                if tensor.requires_grad:
+                    tensor.register_hook(recorder.grad_hook(site, call, leaf))
+
+        return hook
+
+    def _full_backward_capture(self, site: _Site):
+        grad_input = site.kind == "grad_input"
+
+        def hook(module: nn.Module, grads_in: tuple, grads_out: tuple) -> None:
             recorder = self._recorder
             if recorder is None:
                 return
-            call = recorder.backward_call(path)
-            # grad_output has one entry per element of a tuple output (None for non-tensors).
-            tuple_output = self._survey is not None and self._survey.run_of(path).output_form == "tuple"
-            names = [str(i) for i in range(len(grad_output))] if tuple_output else [""]
-            for leaf, grad in zip(names, grad_output):
+            call = site.backward_call(recorder.serial)
+            # grad_output has one entry per element of a tuple output, grad_input one per positional argument
+            # (None for non-tensors and for inputs that need no gradient).
+            grads = grads_in if grad_input else grads_out
+            single = len(grads) == 1 if grad_input else not site.tuple_output
+            for index, grad in enumerate(grads):
                 if grad is not None:
-                    recorder.keep(path, "backward", call, leaf, FULL_BACKWARD, grad)
+                    recorder.keep(site, call, "" if single else str(index), grad)
 
         return hook
 
     # ---- runs ---------------------------------------------------------------------------------------------
     def adopt_survey(self, survey: ModelSurvey) -> None:
-        """Use what a survey found: choose clones and re-register backward hooks that need the fallback."""
+        """Use what a survey found: every hook's decisions, and the full backward hooks that need the fallback."""
         with self._lock:
             self._survey = survey
             self.needs_survey = False
-            self._clone = {(p, "forward") for p, run in survey.runs.items() if run.output_modified_later}
-            self._clone |= {(p, "pre") for p, run in survey.runs.items() if run.modifies_input}
             for (path, kind), live in list(self._live.items()):
-                if kind == "backward" and bool(self._full_backward_obstacle(path)) != (live.info.method == FALLBACK):
+                if kind in FULL_BACKWARD_KINDS and self._method_for(path, kind)[0] != live.info.method:
                     self.remove(path, kind)
                     self.add(path, kind)
+                else:
+                    live.site.learn(survey)
 
     def learn_clones(self, paths: set[tuple[str, str]]) -> None:
+        """Copy what these (path, kind) hooks see from now on: a later in-place op changed it (until the next
+        survey, which decides again)."""
         with self._lock:
-            self._clone |= paths
+            for pair in paths:
+                live = self._live.get(pair)  # type: ignore[arg-type]
+                if live is not None:
+                    live.site.clone = True
 
     def use_fallback_everywhere(self) -> None:
         """Last resort when a full backward hook raised in a way the survey did not predict."""
         with self._lock:
             for (path, kind), live in list(self._live.items()):
-                if kind == "backward" and live.info.method == FULL_BACKWARD:
+                if kind in FULL_BACKWARD_KINDS and live.info.method == FULL_BACKWARD:
                     module = self._modules[path]
                     for handle in live.handles:
                         handle.remove()
-                    handle = module.register_forward_hook(self._grad_capture(path, "backward", FALLBACK))
-                    note = "A full backward hook raised during the run; a tensor hook on its output is used instead."
-                    self._live[(path, kind)] = _Live(HookInfo(path, kind, FALLBACK, note), [handle])
+                    site = _Site(path, kind, FALLBACK)
+                    if self._survey is not None:
+                        site.learn(self._survey)
+                    if kind == "grad_input":
+                        handle = module.register_forward_pre_hook(self._input_grad_capture(site))
+                        note = f"A full backward hook raised during the run; {INPUT_FALLBACK_NOTE}."
+                    else:
+                        handle = module.register_forward_hook(self._grad_capture(site))
+                        note = "A full backward hook raised during the run; a tensor hook on its output is used instead."
+                    self._live[(path, kind)] = _Live(HookInfo(path, kind, FALLBACK, note), [handle], site)
 
     @contextmanager
     def recording(self, recorder: Recorder) -> Iterator[Recorder]:
@@ -594,8 +702,7 @@ class HookRegistry:
             self._recorder = None
 
     def new_recorder(self) -> Recorder:
-        with self._lock:
-            return Recorder(set(self._clone), self._survey)
+        return Recorder()
 
 
 def _keep_output(kept: list[torch.Tensor]):
