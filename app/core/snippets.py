@@ -3,7 +3,9 @@
 ``hook_snippet`` gives the code of one hook: a function and the line that registers it on a variable ``model``;
 reading hooks keep what they see in a dict ``captured`` under ``captured_key(path, kind)`` (a list, one entry per
 call, for a module that runs more than once per forward pass). ``registry_script`` joins the snippets of every
-live hook into one runnable script. The code is meant to be read: one hook, one short function.
+live hook into one runnable script. The code is meant to be read: one hook, one short function. ``KIND_HOOKS``
+says which PyTorch hook each kind registers and why that one (the Grad column's gradient through a tensor hook,
+grad_input through the full backward hook that alone gives it).
 """
 
 from __future__ import annotations
@@ -17,9 +19,36 @@ from app.core.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookIn
 from app.core.interventions import Intervention
 from app.core.tree import ModuleRun
 
+# Which PyTorch hook each kind registers, and why that one: said once here for every place that teaches hooks (the
+# tree's column tips, the hook inspector, the lessons, the snippets' comments).
+KIND_HOOKS: dict[str, str] = {
+    "pre": "register_forward_pre_hook: what goes into the module, before it runs",
+    "forward": "register_forward_hook: the module's output, after it ran",
+    "tensor": (
+        "Tensor.register_hook on the module's output, put there by a forward hook: d target / d output. A tensor "
+        "hook sits on the tensor itself, so it stays exact where an in-place op follows the module, and it sees a "
+        "scale-grad edit on the same module"
+    ),
+    "backward": (
+        "register_full_backward_hook: grad_output (d target / d output) read at the module's boundary, before a "
+        "scale-grad edit on the same module acts; where an in-place op makes it raise, a tensor hook on the output "
+        "is used instead"
+    ),
+    "grad_input": (
+        "register_full_backward_hook: grad_input (d target / d input), the only hook that gives it. Where it cannot "
+        "work (an in-place op), tensor hooks on the input tensors are used: they get the gradient of each input "
+        "tensor as a whole"
+    ),
+}
+
+
+def kind_hook(kind: str) -> str:
+    """The hook a kind registers and why, in one sentence (``KIND_HOOKS``)."""
+    return KIND_HOOKS.get(kind, kind)
+
 
 def captured_key(path: str, kind: str) -> str:
-    """The key a reading hook's snippet stores under: ``"forward:layer1"``, ``"backward:bn1"``."""
+    """The key a reading hook's snippet stores under: ``"forward:layer1"``, ``"tensor:bn1"``."""
     return f"{kind}:{path or '(model)'}"
 
 
@@ -105,12 +134,16 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
         lines.append(f"    {keep('inputs[0].detach().clone()')}  # inputs is a tuple of the positional arguments")
         return lines + _register(f"h_{name}", module, "register_forward_pre_hook", name)
 
+    if info.kind == "grad_input":
+        return lines + _grad_input_snippet(info, ident, module, calls, keep)
+
     if info.method == FULL_BACKWARD:
         name = f"save_grad_output_{ident}"
         lines.append(
             f"# The gradient of {path or 'the model'}'s output: a full backward hook gets "
             "(module, grad_input, grad_output) when the gradient reaches the module."
         )
+        lines.append("# (The window's Grad column uses a tensor hook on the output for this: exact after in-place ops.)")
         if many:
             lines.append(f"# It runs {calls} times per forward pass; backward hooks fire last call first.")
         lines.append(f"def {name}(module, grad_input, grad_output):")
@@ -126,6 +159,9 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
             f"# The gradient of {path or 'the model'}'s output: a forward hook puts a tensor hook on the output; "
             "the tensor hook gets the gradient."
         )
+        if info.method == TENSOR:
+            lines.append("# On the tensor itself, it stays exact where an in-place op follows the module, and it sees a")
+            lines.append("# scale-grad edit (a tensor hook registered before it) on the same module.")
         lines.append(f"def {name}(module, inputs, output):")
         tensor = "output" if form == "tensor" else "output[0]"
         if form != "tensor":
@@ -147,6 +183,52 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
         return lines + _register(f"h_{name}", module, "register_forward_hook", name)
 
     raise ValueError(f"No snippet for hook method '{info.method}'.")
+
+
+def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, keep) -> list[str]:
+    """grad_input: a full backward hook (the only hook that gives it), or tensor hooks on the inputs where it
+    cannot work."""
+    path = info.path or "the model"
+    many = calls > 1
+    lines: list[str] = []
+    if info.method == FULL_BACKWARD:
+        name = f"save_grad_input_{ident}"
+        lines.append(
+            f"# The gradient of the target with respect to {path}'s input (grad_input): only a full backward hook "
+            "gives it;"
+        )
+        lines.append("# it gets (module, grad_input, grad_output) when the gradient reaches the module.")
+        if many:
+            lines.append(f"# It runs {calls} times per forward pass; backward hooks fire last call first.")
+        lines.append(f"def {name}(module, grad_input, grad_output):")
+        lines.append("    # grad_input has an entry per positional input: None where that input needs no gradient.")
+        lines.append("    if grad_input[0] is not None:")
+        lines.append(f"        {keep('grad_input[0].detach().clone()', front=True)}")
+        return lines + _register(f"h_{name}", module, "register_full_backward_hook", name)
+    if info.method == FALLBACK:
+        name = f"save_input_grad_{ident}"
+        lines.append(f"# {info.note or 'A full backward hook cannot be used here.'}")
+        lines.append(
+            f"# The gradient of {path}'s input: a forward pre-hook puts a tensor hook on the input; the tensor hook "
+            "gets its gradient."
+        )
+        lines.append(f"def {name}(module, inputs):")
+        if many:
+            lines.append(f"    # It runs {calls} times per forward pass: one entry per call, in forward order.")
+            lines.append(f'    entries = captured.setdefault("{captured_key(info.path, info.kind)}", [])')
+            lines.append("    entries.append(None)")
+            lines.append("    call = len(entries) - 1")
+            lines.append("")
+            lines.append("    def save(grad):")
+            lines.append("        entries[call] = grad.detach().clone()")
+        else:
+            lines.append("    def save(grad):")
+            lines.append(f'        captured["{captured_key(info.path, info.kind)}"] = grad.detach().clone()')
+        lines.append("")
+        lines.append("    if inputs[0].requires_grad:  # only tensors that require grad take tensor hooks")
+        lines.append("        inputs[0].register_hook(save)")
+        return lines + _register(f"h_{name}", module, "register_forward_pre_hook", name)
+    raise ValueError(f"No snippet for grad_input through '{info.method}'.")
 
 
 def mix_reference_snippet(edit: Intervention, edit_id: int = 0) -> str:

@@ -7,9 +7,17 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from app.core.capture import capture_run
-from app.core.hooks import FALLBACK, HookRegistry
+from app.core.hooks import FALLBACK, KINDS, HookRegistry
 from app.core.interventions import parse_edit
-from app.core.snippets import captured_key, hook_snippet, module_expression, registry_script, snippet_for
+from app.core.snippets import (
+    KIND_HOOKS,
+    captured_key,
+    hook_snippet,
+    kind_hook,
+    module_expression,
+    registry_script,
+    snippet_for,
+)
 
 READS = [
     ("bn1", "forward"),  # an in-place ReLU follows: the snippet must copy
@@ -27,6 +35,12 @@ READS = [
     ("fc", "pre"),
     ("fc", "forward"),
     ("fc", "backward"),
+    ("conv1", "grad_input"),  # a full backward hook's grad_input: the gradient at the image
+    ("bn1", "grad_input"),  # the fallback: a tensor hook on the input
+    ("layer1.0.relu", "grad_input"),  # in place on its input: the fallback, twice per forward pass
+    ("layer2.0.conv1", "grad_input"),  # after the scale-grad-input edit there: sees grad_input × 1.6
+    ("layer3.0.conv1", "tensor"),  # after the scale-grad edit there: sees the gradient × 1.6
+    ("fc", "grad_input"),
 ]
 EDITS = [
     "keep:layer1.0.conv1:7,9",
@@ -91,7 +105,8 @@ def test_the_whole_script_reproduces_every_record(resnet18, small_input, other_i
 def test_each_snippet_alone_reproduces_its_capture(resnet18, small_input, hook_counts):
     fresh = copy.deepcopy(resnet18)
     registry = HookRegistry(resnet18)
-    for path, kind in [("bn1", "backward"), ("layer1.0.relu", "forward"), ("fc", "backward"), ("relu", "pre")]:
+    for path, kind in [("bn1", "backward"), ("layer1.0.relu", "forward"), ("fc", "backward"), ("relu", "pre"),
+                       ("layer1.0.conv2", "grad_input"), ("layer1.0.relu", "grad_input"), ("fc", "tensor")]:
         registry.add(path, kind)
     result = capture_run(resnet18, registry, small_input)
     for info in registry.handles():
@@ -143,3 +158,27 @@ def test_module_expression():
     assert module_expression("layer4.1.conv2") == 'model.get_submodule("layer4.1.conv2")'
     assert module_expression("") == "model"
     assert module_expression("train") == 'model.get_submodule("train")'  # a Module method, not the child
+
+
+def test_the_gradient_snippets_say_which_hook_and_why(resnet18, small_input):
+    registry = HookRegistry(resnet18)
+    for path, kind in [("layer4.1.conv2", "tensor"), ("layer4.1.conv2", "grad_input"), ("bn1", "grad_input")]:
+        registry.add(path, kind)
+    capture_run(resnet18, registry, small_input)
+    by_pair = {(h.path, h.kind): h for h in registry.handles()}
+
+    grad = snippet_for(registry, by_pair[("layer4.1.conv2", "tensor")])
+    assert "output.register_hook(save)" in grad and "exact where an in-place op follows" in grad
+    grad_in = snippet_for(registry, by_pair[("layer4.1.conv2", "grad_input")])
+    assert ".register_full_backward_hook(save_grad_input_layer4_1_conv2)" in grad_in
+    assert "only a full backward hook gives it" in grad_in
+    assert 'captured["grad_input:layer4.1.conv2"] = grad_input[0].detach().clone()' in grad_in
+    fallback = snippet_for(registry, by_pair[("bn1", "grad_input")])  # an in-place ReLU follows bn1
+    assert by_pair[("bn1", "grad_input")].method == FALLBACK
+    assert "model.bn1.register_forward_pre_hook(save_input_grad_bn1)" in fallback
+    assert "inputs[0].register_hook(save)" in fallback and "as a whole" in fallback
+
+    # every kind the engine knows says which hook it registers and why, in one place
+    assert set(KIND_HOOKS) == set(KINDS)
+    assert kind_hook("tensor").startswith("Tensor.register_hook") and "in-place" in kind_hook("tensor")
+    assert kind_hook("grad_input").startswith("register_full_backward_hook") and "only" in kind_hook("grad_input")
