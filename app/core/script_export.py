@@ -5,11 +5,13 @@ The script needs torch, torchvision, Pillow and numpy (and whatever the model it
 builds the same model with the same weights (``torch.manual_seed(seed)`` before construction for random weights;
 the same file for a state_dict, a pickled model or a ``model.py`` factory), reads the same image with the same
 preprocessing (resize, centre crop, mean and std, channels), registers exactly the hooks and edits in use (each
-with the PyTorch method the engine used: a full backward hook, or the tensor hook where that cannot work), runs
-forward and backward to the same target, prints one line per capture (key, shape, sum) and, with
+with the PyTorch method the engine used: a tensor hook for the Grad column, a full backward hook for grad_input
+and ``--hooks backward``, or tensor hooks where that cannot work), runs forward and backward to the same target,
+prints one line per capture (key, shape, sum) and, with
 ``--save FILE.npz``, saves the captures under the export's keys: ``activations/KEY``, ``inputs/KEY``,
-``gradients/KEY``, ``tensor_gradients/KEY`` (the archive's name without ``.npz``, then the key inside it) plus
-``input`` and ``input_grad``. A test runs the script in a fresh process and compares with the export.
+``gradients/KEY``, ``tensor_gradients/KEY``... (``app.core.export.ARCHIVES``: the archive's name without ``.npz``,
+then the key inside it) plus ``input`` and ``input_grad``. A test runs the script in a fresh process and compares
+with the export.
 
 Every hook function in the script does what ``app.core.hooks`` and ``app.core.interventions`` do, written out.
 """
@@ -21,6 +23,7 @@ import os
 from dataclasses import dataclass
 
 from app.core.errors import HookscopeError
+from app.core.export import ARCHIVES as EXPORT_ARCHIVES
 from app.core.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
 from app.core.images import Preprocess
 from app.core.interventions import Intervention
@@ -36,12 +39,21 @@ class ScriptHook:
     """One capture hook as the script registers it."""
 
     path: str
-    kind: str  # forward, pre, backward, tensor
+    kind: str  # forward, pre, backward, tensor, grad_input
     method: str  # the PyTorch method the engine used (FORWARD, PRE, FULL_BACKWARD, TENSOR or FALLBACK)
     note: str = ""
     calls: int = 1  # how often the module runs per forward pass (full backward hooks number their calls from it)
     tuple_output: bool = False  # a full backward hook names grad_output's entries "0", "1"... for a tuple output
     clone_view: bool = False  # a view output changed in place later: the tensor hook goes on a copy (see hooks.py)
+
+    @property
+    def code(self) -> str:
+        """Which of the script's hook functions registers it (a key of ``HOOK_CODE``)."""
+        if self.kind == "grad_input":
+            return "input_grad" if self.method == FALLBACK else "grad_input"
+        if self.method in (TENSOR, FALLBACK):
+            return "output_grad"
+        return {FORWARD: "forward", PRE: "pre", FULL_BACKWARD: "grad_output"}.get(self.method, self.method)
 
 
 def script_hooks(registry: HookRegistry) -> tuple[list[ScriptHook], list[Intervention]]:
@@ -91,7 +103,7 @@ class _Writer:
         self.target = target if target == "top1" else int(target)
         self.device = device
         self.what = what
-        self.kinds = {h.method for h in hooks}
+        self.codes = {h.code for h in hooks}
         self.edit_kinds = {e.kind for e in edits}
         self.mixes = [e for e in edits if e.kind == "mix"]
 
@@ -101,9 +113,8 @@ class _Writer:
             IMPORTS,
             self._model(),
             self._image(),
-            CAPTURE,
-            *[code for method, code in HOOK_CODE.items() if method in self.kinds or (
-                method == TENSOR and FALLBACK in self.kinds)],
+            self._capture(),
+            *[code for name, code in HOOK_CODE.items() if name in self.codes],
             *[EDIT_CODE[kind] for kind in EDIT_ORDER if kind in self.edit_kinds],
             self._register(),
             OBJECTIVE.replace("{{TARGET}}", repr(self.target)),
@@ -136,8 +147,8 @@ class _Writer:
             "Needs torch, torchvision, Pillow and numpy, not Hookscope. Run it as",
             "    python THIS_FILE.py [--image PATH] [--device cpu] [--save captures.npz]",
             "It prints one line per capture (key, shape, sum); --save writes every capture to an .npz under the keys",
-            "of `hookscope export` (activations/KEY, inputs/KEY, gradients/KEY, tensor_gradients/KEY: the archive's",
-            "name, then the key in it), plus input and input_grad.",
+            "of `hookscope export` (activations/KEY, inputs/KEY, tensor_gradients/KEY...: the archive's name, then",
+            "the key in it; ARCHIVES below), plus input and input_grad.",
             '"""',
         ]
         return "\n".join(lines)
@@ -264,6 +275,11 @@ class _Writer:
         ]
         return IMAGE_CODE.replace("{{CONSTANTS}}", "\n".join(constants))
 
+    def _capture(self) -> str:
+        # The archive names of ``hookscope export`` (without ".npz"), so that --save writes the export's keys.
+        archives = {kind: name.removesuffix(".npz") for kind, name in EXPORT_ARCHIVES.items()}
+        return CAPTURE.replace("{{ARCHIVES}}", repr(archives))
+
     # ---- registering --------------------------------------------------------------------------------------------
     def _register(self) -> str:
         lines = [
@@ -306,6 +322,10 @@ def _hook_registration(hook: ScriptHook) -> str:
         return f"register_forward_hook(save_output({path}))"
     if hook.method == PRE:
         return f"register_forward_pre_hook(save_input({path}), with_kwargs=True)"
+    if hook.code == "grad_input":
+        return f"register_full_backward_hook(save_grad_input({path}, calls={hook.calls}))"
+    if hook.code == "input_grad":
+        return f"register_forward_pre_hook(save_input_grad({path}))"
     if hook.method == FULL_BACKWARD:
         return f"register_full_backward_hook(save_grad_output({path}, calls={hook.calls}, " \
                f"tuple_output={hook.tuple_output}))"
@@ -464,7 +484,7 @@ def preprocess(image):
 
 CAPTURE = '''
 # ---- what the hooks keep -----------------------------------------------------------------------------------------
-ARCHIVES = {"forward": "activations", "pre": "inputs", "backward": "gradients", "tensor": "tensor_gradients"}
+ARCHIVES = {{ARCHIVES}}
 captured = {}  # "activations/layer1.0.relu#1" -> tensor on the CPU, in the order the hooks fired
 calls = {}  # (path, kind) -> how often the hook fired in this forward pass
 backward_calls = {}  # path -> how often its full backward hook fired
@@ -504,8 +524,9 @@ def next_call(path, kind):
     return calls[(path, kind)] - 1
 '''
 
+# The hook functions, by ``ScriptHook.code``; each is written into the script only when a hook uses it.
 HOOK_CODE = {
-    FORWARD: '''
+    "forward": '''
 def save_output(path):
     """register_forward_hook: fn(module, inputs, output) runs after the module; it keeps the output (a copy: a later
     in-place operation, such as ResNet's ReLU(inplace=True), would change it)."""
@@ -517,7 +538,7 @@ def save_output(path):
 
     return hook
 ''',
-    PRE: '''
+    "pre": '''
 def save_input(path):
     """register_forward_pre_hook(with_kwargs=True): fn(module, args, kwargs) runs before the module; it keeps what
     goes in (a single positional input is the module's key itself)."""
@@ -532,10 +553,11 @@ def save_input(path):
 
     return hook
 ''',
-    FULL_BACKWARD: '''
+    "grad_output": '''
 def save_grad_output(path, calls, tuple_output):
     """register_full_backward_hook: fn(module, grad_input, grad_output) runs when the gradient reaches the module's
-    boundary; grad_output is the gradient of its output. Backward hooks fire last call first."""
+    boundary; grad_output is the gradient of its output. Backward hooks fire last call first. (Read there, before a
+    tensor hook on the output, such as a scale-grad edit, has acted.)"""
 
     def hook(module, grad_input, grad_output):
         seen = backward_calls.get(path, 0)
@@ -548,10 +570,11 @@ def save_grad_output(path, calls, tuple_output):
 
     return hook
 ''',
-    TENSOR: '''
+    "output_grad": '''
 def save_output_grad(path, kind, clone_view=False):
     """A forward hook that puts Tensor.register_hook on each output tensor: the tensor hook gets the gradient of
-    that output. (Where a full backward hook would raise, after an in-place op, this is how gradients are read.)"""
+    that output, exact after an in-place op (where a full backward hook would raise) and after a scale-grad edit's
+    tensor hook, registered before it."""
 
     def hook(module, inputs, output):
         if not torch.is_grad_enabled():
@@ -575,8 +598,43 @@ def save_output_grad(path, kind, clone_view=False):
 
     return hook
 ''',
+    "grad_input": '''
+def save_grad_input(path, calls):
+    """register_full_backward_hook: fn(module, grad_input, grad_output) runs when the gradient reaches the module's
+    boundary; grad_input is the gradient with respect to its inputs, one entry per positional input (None where an
+    input needs none). Only a full backward hook gives it. Backward hooks fire last call first."""
+
+    def hook(module, grad_input, grad_output):
+        seen = backward_calls.get(path, 0)
+        backward_calls[path] = seen + 1
+        call = max(calls - 1 - seen, 0)
+        for index, grad in enumerate(grad_input):
+            if grad is not None:
+                keep("grad_input", path, call, "" if len(grad_input) == 1 else str(index), grad)
+
+    return hook
+''',
+    "input_grad": '''
+def save_input_grad(path):
+    """Where a full backward hook cannot work (an in-place op): a forward pre-hook that puts Tensor.register_hook on
+    each input tensor. It gets the gradient of the input tensor as a whole: where that tensor also feeds other
+    modules, their share is included."""
+
+    def hook(module, inputs):
+        if not torch.is_grad_enabled():
+            return
+        call = next_call(path, "grad_input")
+        leaves = list(tensor_leaves(inputs))
+        if len(leaves) == 1 and leaves[0][0] == "0":
+            leaves = [("", leaves[0][1])]
+        for leaf, tensor in leaves:
+            if tensor.requires_grad:
+                tensor.register_hook(
+                    lambda grad, leaf=leaf: keep("grad_input", path, call, leaf, grad) if grad is not None else None)
+
+    return hook
+''',
 }
-HOOK_CODE[FALLBACK] = ""  # the fallback is save_output_grad too
 
 EDIT_ORDER = ("zero", "keep", "scale", "mix", "scale-input", "scale-grad", "scale-grad-input")
 EDIT_CODE = {
