@@ -7,6 +7,13 @@ a tuple replaces ``grad_input``. Each ``Intervention`` is one such edit, written
 
 This module holds the edits themselves and the hook functions that apply them; registering and removing the
 handles stays in ``app.core.hooks``.
+
+An edit runs before the capture hooks of its module (``prepend=True``), so a capture of the same kind of hook sees
+the edited value: the Grad column's tensor hook on the output gets a ``scale-grad``'s scaled gradient (its tensor
+hook is registered first), and the Grad in column's full backward hook gets a ``scale-grad-input``'s scaled
+grad_input. A ``backward`` capture (``--hooks backward``: a full backward hook reading grad_output) is read where
+the gradient enters the module's boundary, before a ``scale-grad``'s tensor hook on the output acts, so it shows
+the unedited gradient.
 """
 
 from __future__ import annotations
@@ -131,9 +138,9 @@ class Intervention:
             return f"Scale {self.path}'s output by {factor}"
         if self.kind == "scale-input":
             return f"Scale {self.path}'s input by {factor} (forward pre-hook)"
-        if self.kind == "scale-grad":
+        if self.kind == "scale-grad":  # the Grad column (a tensor hook too, registered after it) sees it scaled
             return f"Scale the gradient of {self.path}'s output by {factor} (tensor hook)"
-        if self.kind == "scale-grad-input":
+        if self.kind == "scale-grad-input":  # the Grad in column (a full backward hook after it) sees it scaled
             return f"Scale {self.path}'s grad_input by {factor} (full backward hook)"
         rest = _number(round(1.0 - self.factor, 12))
         return f"Blend {self.path}'s output with its output on {self.other_image}: {factor} × this + {rest} × other"

@@ -32,7 +32,7 @@ from torch.utils.hooks import RemovableHandle
 
 from app.core.capture import RunResult, _objective, capture_run
 from app.core.errors import HookscopeError
-from app.core.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookInfo, HookRegistry
+from app.core.hooks import FORWARD, FULL_BACKWARD, PRE, TENSOR, HookInfo, HookRegistry
 from app.core.interventions import Intervention
 from app.core.snippets import captured_key, edit_snippet, hook_snippet, module_expression
 from app.core.tree import ModelSurvey, ModuleRun, survey
@@ -613,7 +613,7 @@ _OWN_HOOKS: dict[str, tuple[tuple[str, str], ...]] = {
     "tensor-scale": (),
     "tensor-mean": (("tensor", TENSOR),),
     "handle-remove": (("forward", FORWARD),),
-    "pitfalls": (("forward", FORWARD), ("backward", FULL_BACKWARD), ("backward", FALLBACK)),
+    "pitfalls": (("forward", FORWARD), ("backward", FULL_BACKWARD), ("tensor", TENSOR)),
 }
 _ZERO_GRADIENT = (
     "on this model the gradient at {path} is zero everywhere (an untrained head with zero weights passes no "
@@ -906,8 +906,10 @@ print("grad_input ratio:", (grad_in1.abs().mean() / grad_in0.abs().mean()).item(
 
 
 def _backward_setup(picks: Picks, _other: str) -> AppSetup:
+    # The window's Grad column (a tensor hook: grad_output, unchanged) and Grad in column (a full backward hook after
+    # the edit's: grad_input, scaled) show both sides of the lesson.
     return AppSetup(
-        ((picks.grad_layer, "backward"),),
+        ((picks.grad_layer, "tensor"), (picks.grad_layer, "grad_input")),
         (Intervention("scale-grad-input", picks.grad_layer, factor=GRAD_INPUT_FACTOR),),
     )
 
@@ -1283,12 +1285,13 @@ def _pitfalls(s: _Setting, hooks: _Handles) -> _Outcome:
     finally:
         hooks.remove(full)
 
-    # 3. Hookscope's fix: the Gradients tick on the module, which the registry turns into a tensor hook on the output.
+    # 3. Hookscope's fix: the Grad tick on the module, a tensor hook on its output (the tensor itself, not the
+    # module's boundary: an in-place op after the module cannot break it).
     registry = hooks.registry(s.model)
-    registry.add(path, "backward")
+    registry.add(path, "tensor")
     result = _run(s, registry)
     info = next(i for i in registry.handles() if i.path == path)
-    grad = _record(result, path, "backward")
+    grad = _record(result, path, "tensor")
     registry.clear()
     # ... against the gradient of the network with the op not in place (autograd.grad on the module's output).
     outputs: list[torch.Tensor] = []
@@ -1300,7 +1303,7 @@ def _pitfalls(s: _Setting, hooks: _Handles) -> _Outcome:
         reference = _cpu(torch.autograd.grad(score, outputs[0])[0])
     hooks.remove_all()
     diff = _max_diff(grad, reference)
-    fix_ok = info.method == FALLBACK and _close(grad, reference)
+    fix_ok = info.method == TENSOR and _close(grad, reference)
     ok = capture_wrong and bool(raised) and fix_ok
     culprit_name = type(culprit).__name__
     rows = [
@@ -1331,10 +1334,9 @@ def _pitfalls(s: _Setting, hooks: _Handles) -> _Outcome:
 def _pitfalls_code(s: _Setting) -> str:
     path = s.picks.victim
     m = module_expression(path)
-    note = "An in-place operation after this module changes its output, so a full backward hook would raise; a tensor hook on its output is used instead."
-    code = hook_snippet(HookInfo(path, "backward", FALLBACK, note))
+    code = hook_snippet(HookInfo(path, "tensor", TENSOR))
     handles = ", ".join(_handle_names(code))
-    key = captured_key(path, "backward")
+    key = captured_key(path, "tensor")
     body = f'''kept = {{}}
 
 
@@ -1370,7 +1372,7 @@ print("gradient of the output, mean |.|:", captured["{key}"].abs().mean().item()
 
 
 def _pitfalls_setup(picks: Picks, _other: str) -> AppSetup:
-    return AppSetup(((picks.victim, "forward"), (picks.victim, "backward")))
+    return AppSetup(((picks.victim, "forward"), (picks.victim, "tensor")))  # the Act and Grad columns
 
 
 def _export_setup(picks: Picks, _other: str) -> AppSetup:
@@ -1423,8 +1425,9 @@ LESSONS: tuple[Lesson, ...] = (
         "backward",
         "register_full_backward_hook(fn) calls fn(module, grad_input, grad_output) when the gradient reaches the "
         "module: grad_output is the gradient of its output, grad_input that of its input. Returning a tuple replaces "
-        "grad_input (here × 1.6) and leaves grad_output as it was. Pitfall: it raises when an in-place op follows the "
-        "module, and fires only where the graph needs it.",
+        "grad_input (here × 1.6) and leaves grad_output as it was; it is the only hook that gives grad_input (the "
+        "window's Grad in column). Pitfall: it raises when an in-place op follows the module, and fires only where "
+        "the graph needs it.",
         "grad_layer",
         _backward_grad_input,
         _backward_grad_input_code,
@@ -1484,7 +1487,7 @@ LESSONS: tuple[Lesson, ...] = (
         "A forward hook that keeps output without clone keeps the tensor an in-place ReLU then overwrites: ResNet's "
         "bn1 looks like min 0.0 instead of its true negative values. A full backward hook there raises, because the "
         "in-place op modifies the hook's view of the output. Hookscope clones where a survey finds such an op, and "
-        "takes the gradient with a tensor hook on the output instead.",
+        "its Grad tick takes the gradient with a tensor hook on the output, which the in-place op cannot break.",
         "victim",
         _pitfalls,
         _pitfalls_code,

@@ -20,7 +20,7 @@ from torch import nn
 
 from app.cli import main
 from app.core import lessons as lessons_module
-from app.core.hooks import FALLBACK
+from app.core.hooks import TENSOR
 from app.core.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
 from app.core.tree import survey
 
@@ -233,7 +233,7 @@ def test_pitfalls_overwritten_capture_raising_hook_and_the_fix(resnet18, x):
     handle = plain.bn1.register_forward_hook(retain)
     score(plain(x.clone().requires_grad_(True))).backward()
     handle.remove()
-    assert FALLBACK in result.rows[2].right
+    assert result.rows[2].right.startswith(f"{TENSOR}:")  # the Grad tick: a tensor hook on the output
     torch.testing.assert_close(result.tensors["grad"], kept_out[0].grad)
 
 
@@ -429,3 +429,16 @@ def test_the_code_of_a_lesson_on_a_model_file_builds_that_model(tmp_path):
         exec(compile(result.snippet, "<lesson on model.py>", "exec"), {"__name__": "__main__"})  # noqa: S102
     ratio = float(printed.getvalue().split("ratio:")[1].split()[0])
     assert ratio == pytest.approx(50, rel=1e-5)
+
+
+def test_the_window_setups_tick_the_trees_columns(resnet18, x):
+    """What a lesson sets up in the window is ticks of the tree's columns (In, Act, Grad = a tensor hook, Grad in =
+    grad_input): the full backward hook lesson shows grad_output unchanged in Grad and grad_input × 1.6 in Grad in."""
+    picks = plan(resnet18, survey(resnet18, x))
+    for item in LESSONS:
+        for _, kind in item.setup(picks).ticks:
+            assert kind in ("pre", "forward", "tensor", "grad_input"), (item.id, kind)
+    grad = lesson("backward-grad-input").setup(picks)
+    assert grad.ticks == ((picks.grad_layer, "tensor"), (picks.grad_layer, "grad_input"))
+    assert [e.spec for e in grad.edits] == [f"scale-grad-input:{picks.grad_layer}:1.6"]
+    assert lesson("pitfalls").setup(picks).ticks == ((picks.victim, "forward"), (picks.victim, "tensor"))
