@@ -157,3 +157,53 @@ def test_an_ordinary_network_has_nothing_missing(resnet18):
             registry.add(path, "backward")
         result = capture_run(resnet18, registry, x)
     assert result.no_gradient == []
+
+
+INPUT_REACH = "the target ({target}) does not depend on what the module returns"
+RETURNS_INTEGERS = "what the module returns is integers"
+RETURNS_UNTRACKED = "what the module returns is not tracked by autograd"
+
+
+def test_inputs_without_a_gradient_are_listed_with_the_reason(model_py):
+    """The Grad in column (grad_input): a call whose inputs get no gradient is listed once, with why; where the
+    inputs do get one, the record is d target / d input as autograd computes it."""
+    loaded = open_model_file(f"{model_py}:build", trust=True, seed=0)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with HookRegistry(loaded.module) as registry:
+        for path in ["embed", "attention", "side", "pick", "frozen", "head"]:
+            registry.add(path, "grad_input")
+        result = capture_run(loaded.module, registry, x)
+    reasons = {m.key: m.reason for m in result.no_gradient if m.kind == "grad_input"}
+    assert sorted(reasons) == ["frozen", "pick", "side"]
+    assert INPUT_REACH.format(target=result.target) in reasons["side"]
+    assert RETURNS_INTEGERS in reasons["pick"] and RETURNS_UNTRACKED in reasons["frozen"]
+    got = {r.key for r in result.records if r.kind == "grad_input"}
+    assert {"embed", "attention/0", "head"} <= got and not got & set(reasons)
+
+    # the image's own gradient is what embed (the first module) got as its grad_input
+    embed = next(r for r in result.records if (r.kind, r.key) == ("grad_input", "embed"))
+    torch.testing.assert_close(embed.tensor, result.input_grad)
+
+
+def test_an_input_that_does_not_depend_on_the_image_is_said_so():
+    """nn.Embedding fed integer positions: its input has no gradient at all."""
+    from torch import nn
+
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 4, stride=4)
+            self.table = nn.Embedding(16, 4)
+            self.head = nn.Linear(4, 3)
+
+        def forward(self, x):
+            tokens = self.conv(x).flatten(2).transpose(1, 2)  # (1, 16, 4)
+            return self.head((tokens + self.table(torch.arange(16))).mean(1))
+
+    torch.manual_seed(0)
+    model = Positions().eval()
+    with HookRegistry(model) as registry:
+        registry.add("table", "grad_input")
+        result = capture_run(model, registry, torch.randn(1, 3, 16, 16))
+    assert [(m.kind, m.key) for m in result.no_gradient] == [("grad_input", "table")]
+    assert "its inputs do not depend on the image (integers" in result.no_gradient[0].reason
