@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
 SESSION_VERSION = 1
 SESSION_FORMAT = "hookscope-session"
 SESSION_SUFFIX = ".hookscope.json"
-KNOWN_KINDS = ("forward", "pre", "backward", "tensor")
+KNOWN_KINDS = ("forward", "pre", "backward", "tensor", "grad_input")  # app.core.hooks.KINDS, without importing torch
 KNOWN_SCALINGS = ("channel", "shared")
 
 

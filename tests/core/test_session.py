@@ -24,7 +24,8 @@ from app.core.session import (
     session_from,
 )
 
-HOOKS = [("conv1", "forward"), ("bn1", "forward"), ("layer1.0.relu", "forward"), ("layer2", "backward"), ("fc", "pre")]
+HOOKS = [("conv1", "forward"), ("bn1", "forward"), ("layer1.0.relu", "forward"), ("layer2", "backward"), ("fc", "pre"),
+         ("layer3", "tensor"), ("layer3.0.conv1", "grad_input")]
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ def test_saved_session_reopened_and_run_again_gives_identical_arrays(tmp_path, i
     reopened, problems = load_session(path)
     assert problems == []
     assert reopened == session
-    assert reopened.hooks == HOOKS and reopened.kinds == ("forward", "pre", "backward")
+    assert reopened.hooks == HOOKS and reopened.kinds == ("forward", "pre", "backward", "tensor", "grad_input")
     assert reopened.model == {"name": "resnet18", "weights": "none", "seed": 7}
     assert reopened.preprocessing["crop"] == 128 and reopened.ui == {"splitter": [1, 2], "selected": "layer2"}
 
@@ -343,3 +344,11 @@ def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
     default, panels, problems = session_panel_settings(damaged)
     assert default == PanelSettings() and panels == {("bn1", "forward"): PanelSettings("magma", "shared", "mean", "diff")}
     assert len(problems) == 3 and "'C'" in problems[0] and "'sideways'" in problems[1] and "7" in problems[2]
+
+
+def test_a_session_knows_every_hook_kind_the_engine_has():
+    """session.py keeps its own list (it imports no torch); it must stay the engine's."""
+    from app.core.hooks import KINDS
+    from app.core.session import KNOWN_KINDS
+
+    assert KNOWN_KINDS == KINDS
