@@ -34,6 +34,7 @@ from app.core.hooks import HookRegistry
 from app.core.images import IMAGE_SUFFIXES
 from app.core.models import LoadedModel
 from app.core.pipeline import model_input, run_image
+from app.core.tree import ModuleInfo, module_tree
 
 DONE_FILE = "done.json"
 SUMMARY_FILE = "summary.csv"
@@ -233,15 +234,13 @@ def _finish_image(
     png: bool,
     fingerprint: dict,
     manifest_extra: Mapping[str, Any] | None,
+    tree: Sequence[ModuleInfo],
 ) -> dict:
     """The writer thread's job for one image: the export layout, then done.json (last, atomically)."""
     try:
         if folder.exists():  # a half-written folder from an interrupted batch, or a batch run again
             shutil.rmtree(folder)
-        manifest = write_run(result, loaded, folder, image=str(source), kinds=kinds, png=png)
-        if manifest_extra:
-            manifest.update(manifest_extra)
-            (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        write_run(result, loaded, folder, image=str(source), kinds=kinds, png=png, tree=tree, extra=manifest_extra)
         done = {
             "image": name,
             "source": str(source),
@@ -297,6 +296,7 @@ def run_batch(
     folders = [out / n for n in folder_names(paths, base)]
     kinds = tuple(kinds)
     fingerprint = _fingerprint(loaded, registry, target, kinds, png)
+    tree = module_tree(loaded.module)  # the manifest's module list, the same for every image
     report = BatchReport(out_dir=out, total=len(paths))
     results: dict[int, dict] = {}  # index -> done.json contents
     status: dict[int, str] = {}
@@ -356,7 +356,7 @@ def run_batch(
             collect(block=False)
             job = dict(
                 source=paths[index], name=names[index], kinds=kinds, png=png, fingerprint=fingerprint,
-                manifest_extra=manifest_extra,
+                manifest_extra=manifest_extra, tree=tree,
             )  # fmt: skip
             if len(pending_writes) < WRITE_BEHIND:
                 pending_writes.append((index, writer.submit(_finish_image, result, loaded, folders[index], **job)))

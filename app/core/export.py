@@ -6,7 +6,10 @@ The layout is the contract of ``hookscope export``; the window's whole-run expor
 from __future__ import annotations
 
 import json
+import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -16,7 +19,7 @@ from app.core.hooks import GRADIENT_KINDS, Record
 from app.core.models import LoadedModel
 from app.core.numeric import numeric_report
 from app.core.resources import apply_colormap
-from app.core.tree import module_tree
+from app.core.tree import ModuleInfo, module_tree
 from app.core.views import ChannelData, as_channels, grad_magnitude, mosaic
 
 # One archive per hook kind; a key is the record's key (path, "#k" for later calls, "/leaf" for leaves).
@@ -25,6 +28,7 @@ ARCHIVES = {
     "pre": "inputs.npz",
     "backward": "gradients.npz",
     "tensor": "tensor_gradients.npz",
+    "grad_input": "input_gradients.npz",
 }
 
 
@@ -53,6 +57,27 @@ def file_stem(key: str) -> str:
     return key.replace("/", "__")
 
 
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """What ``np.savez(path, **arrays)`` writes (an uncompressed zip of ``KEY.npy`` files, the same bytes in every
+    member), without copying the arrays.
+
+    np.savez hands each array to the zip member in 16 MiB ``tobytes`` copies (a zip member is not a real file, so
+    numpy cannot write from the array's memory); the copy runs with the GIL held, so in a batch's writer thread it
+    also holds up the thread that runs the model. A C-contiguous array of a plain dtype goes to the member as it
+    is, after numpy's own 1.0 header; any other array takes numpy's own path. Only the path is used as given
+    (np.savez would add ``.npz``).
+    """
+    with zipfile.ZipFile(path, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, value in arrays.items():
+            array = np.asanyarray(value)
+            with archive.open(f"{key}.npy", mode="w", force_zip64=True) as member:  # force_zip64 as np.savez
+                if array.flags.c_contiguous and array.dtype.isbuiltin == 1 and not array.dtype.hasobject:
+                    np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(array))
+                    member.write(array.reshape(-1).view(np.uint8))
+                else:
+                    np.lib.format.write_array(member, array)
+
+
 def write_run(
     result: RunResult,
     loaded: LoadedModel,
@@ -63,8 +88,15 @@ def write_run(
     png: bool = True,
     colormap: str = "viridis",
     scaling: str = "channel",
+    tree: Sequence[ModuleInfo] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict:
-    """Write ``result`` into ``out`` and return the manifest that was written (PNGs through ``colormap``)."""
+    """Write ``result`` into ``out`` and return the manifest that was written (PNGs through ``colormap``).
+
+    The manifest is written last, so a folder whose writing stopped half way has none. ``tree``: the model's
+    ``module_tree``, for a caller that writes many runs of one model (a batch works it out once); ``extra``: merged
+    into the manifest (e.g. the edits a batch applied).
+    """
     out.mkdir(parents=True, exist_ok=True)
     # contiguous first: an input straight from PIL is channels-last in memory, and np.save writes such an array
     # element by element (10x slower)
@@ -73,26 +105,34 @@ def write_run(
         np.save(out / "input_grad.npy", result.input_grad.numpy())
     for kind in kinds:
         records = result.of_kind(kind)
-        np.savez(out / ARCHIVES[kind], **{r.key: r.tensor.numpy() for r in records})
+        save_npz(out / ARCHIVES[kind], {r.key: r.tensor.numpy() for r in records})
         if png:
             folder = out / "png" / kind
             folder.mkdir(parents=True, exist_ok=True)
             for record in records:
                 picture = picture_image(record_picture(record), scaling)
                 write_png(picture, folder / f"{file_stem(record.key)}.png", colormap)
-    manifest = build_manifest(result, loaded, image=image, kinds=kinds)
+    manifest = build_manifest(result, loaded, image=image, kinds=kinds, tree=tree)
+    manifest.update(extra or {})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
 
 
-def build_manifest(result: RunResult, loaded: LoadedModel, *, image: str, kinds: tuple[str, ...]) -> dict:
+def build_manifest(
+    result: RunResult,
+    loaded: LoadedModel,
+    *,
+    image: str,
+    kinds: tuple[str, ...],
+    tree: Sequence[ModuleInfo] | None = None,
+) -> dict:
     records_by_path: dict[str, list[dict]] = {}
     for r in result.records:
         records_by_path.setdefault(r.path, []).append(
-            {"kind": r.kind, "key": r.key, "call": r.call, "leaf": r.leaf, "shape": list(r.tensor.shape), "method": r.method}
+            {"kind": r.kind, "key": r.key, "call": r.call, "leaf": r.leaf, "shape": list(r.data.shape), "method": r.method}
         )
     modules = {}
-    for node in module_tree(loaded.module):
+    for node in module_tree(loaded.module) if tree is None else tree:
         run = result.survey.run_of(node.path)
         modules[node.path or "(model)"] = {
             "type": node.type_name,
