@@ -207,6 +207,13 @@ class Recorder:
         self._copies[id(tensor)] = (tensor, tensor._version, copy)
         return copy
 
+    def release(self) -> None:
+        """Drop what the run needed only while it ran. The copy cache holds the model's own output tensors, whose
+        tensor hooks hold this recorder: a reference cycle that would keep a whole run's tensors alive until
+        Python's cycle collector happens to run."""
+        self._copies.clear()
+        self.grad_roots.clear()
+
     def verify(self) -> None:
         stale = {(r.path, r.kind) for r, version in self._watched if r.data._version != version}
         if stale:
@@ -700,6 +707,7 @@ class HookRegistry:
             yield recorder
         finally:
             self._recorder = None
+            recorder.release()
 
     def new_recorder(self) -> Recorder:
         return Recorder()
