@@ -18,13 +18,13 @@ import numpy as np
 
 from app.core.capture import RunResult
 from app.core.compare import as_array, pair_records
-from app.core.export import GRADIENT_KINDS
+from app.core.display import DisplayChannels, display_of_array
+from app.core.hooks import GRADIENT_KINDS
 from app.core.pictures import (  # noqa: F401  (VIEWS: the panels' view drop-down, kept importable from here)
     VIEWS,
     Arrangement,
     PanelPicture,
     PanelSettings,
-    _as_drawable,
     arrange,
     maps_arrangement,
     picture_of,
@@ -75,7 +75,7 @@ def signed_mosaic(
 
 
 def arrange_view(
-    channels: ChannelData, settings: PanelSettings, view: str, diff_order: np.ndarray | None
+    channels: DisplayChannels, settings: PanelSettings, view: str, diff_order: np.ndarray | None
 ) -> Arrangement:
     """``pictures.arrange`` for one view: "by difference" uses ``diff_order``; the difference view is signed."""
     order = diff_order if settings.sort == DIFF_SORT else None
@@ -83,7 +83,7 @@ def arrange_view(
         if order is None:
             return arrange(channels, settings)
         if channels.kind == "maps":
-            return maps_arrangement(channels.data, settings.scaling, order)
+            return maps_arrangement(channels, settings.scaling, order)
         values = channels.data.reshape(-1)
         return Arrangement(None, order, values[order])
     if channels.kind == "maps":
@@ -164,7 +164,7 @@ def compare_runs(
         entry: dict[str, ComparedPicture] = {}
         if tuple(pair.a.tensor.shape) == tuple(pair.b.tensor.shape):
             raw_a, raw_b = as_channels(as_array(pair.a)), as_channels(as_array(pair.b))
-            difference = _as_drawable(difference_channels(raw_a, raw_b))
+            difference = display_of_array(difference_channels(raw_a, raw_b))
             diff_order = channel_order_by_difference(difference)
             if diff_order.size != picture.channel_count:
                 diff_order = None

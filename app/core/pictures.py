@@ -1,8 +1,10 @@
 """What a record panel draws, computed off the GUI thread.
 
-Pure numpy, no Qt: the worker turns every record of a run into a ``PanelPicture`` (values, channel order, tile
-layout and per-channel ranges); the mosaic's pixels are drawn when asked for, at the size a panel shows them
-(``mosaic_item`` colours them, still in the worker), so the GUI thread only paints one image per panel.
+No Qt: the worker turns every record of a run into a ``PanelPicture`` (channel order, tile layout, per-channel
+ranges), with the values kept where the run left them (``display.DisplayChannels``: torch on the run's device);
+the mosaic's pixels are drawn there when asked for, at the size a panel shows them (``state.rendering`` colours
+them, still in the worker), so the GUI thread only paints one image per panel, and the full-resolution values
+reach the CPU only when something reads ``channels.data`` (a hover, the channel view, an export).
 """
 
 from __future__ import annotations
@@ -13,19 +15,10 @@ from functools import cached_property
 
 import numpy as np
 
-from app.core.export import GRADIENT_KINDS, record_picture
-from app.core.hooks import Record
+from app.core.display import DisplayChannels, display_channels, draw_mosaic
+from app.core.hooks import GRADIENT_KINDS, Record
 from app.core.resources import COLORMAPS
-from app.core.views import (
-    ChannelData,
-    MosaicLayout,
-    channel_ranges,
-    mosaic,
-    mosaic_layout,
-    mosaic_size,
-    sort_order,
-    without_non_finite,
-)
+from app.core.views import MosaicLayout, mosaic_layout, mosaic_size, sort_order
 
 SCALINGS: dict[str, str] = {"channel": "per-channel scaling", "shared": "shared scaling"}
 SORTS: tuple[str, ...] = ("none", "mean", "max", "diff", "dataset")  # "diff": by |A - B| with image B (else channel
@@ -108,7 +101,7 @@ class PanelPicture:
     leaf: str
     method: str
     shape: tuple[int, ...]  # the captured tensor's shape
-    channels: ChannelData  # values drawn: |grad| for gradient kinds
+    channels: DisplayChannels  # values drawn (|grad| for gradient kinds), on the run's device; ``.data`` on demand
     flat: bool  # every value the same (often all-zero gradients): a picture would show nothing
     settings: PanelSettings
     arrangement: Arrangement
@@ -127,127 +120,77 @@ class PanelPicture:
 
     @property
     def channel_count(self) -> int:
-        return int(self.channels.data.shape[0])
+        return int(self.channels.shape[0])
 
     @property
     def high(self) -> float:
         return float(self.maxima.max()) if self.maxima.size else 0.0
 
-    # Per-channel statistics are computed when first needed (sorting, the flat-panel message): a full pass over
-    # the values that the worker skips in the common case.
+    # Per-channel statistics (sorting, the flat-panel message): maxima from the ranges the worker has anyway, means
+    # on the device when first needed (a full pass over the values the worker skips in the common case).
     @cached_property
     def maxima(self) -> np.ndarray:
-        return channel_maxima(self.channels)
+        return self.channels.maxima()
 
     @cached_property
     def means(self) -> np.ndarray:
-        return channel_means(self.channels)
+        return self.channels.means()
 
     def with_settings(self, settings: PanelSettings) -> PanelPicture:
         """The same values redrawn under other settings (only a colormap change keeps the mosaic)."""
         if (settings.scaling, settings.sort) == (self.settings.scaling, self.settings.sort):
             return replace(self, settings=settings)
-        return replace(self, settings=settings, arrangement=arrange(self.channels, settings,
-                                                                    dataset_order=self.dataset_order))
+        return replace(self, settings=settings, arrangement=arrange(self.channels, settings, self.dataset_order))
 
 
 def shape_text(shape: Iterable[int]) -> str:
     return "×".join(str(int(n)) for n in shape)
 
 
-def _as_drawable(channels: ChannelData) -> ChannelData:
-    """1x1 maps (pooled features) say more as a bar plot than as a mosaic of single pixels."""
-    if channels.kind == "maps" and channels.data.shape[1:] == (1, 1) and channels.data.shape[0] > 1:
-        note = "; ".join(n for n in (channels.note, "1×1 maps shown as a vector") if n)
-        return ChannelData("vector", np.ascontiguousarray(channels.data.reshape(-1)), note)
-    return channels
-
-
-def channel_maxima(channels: ChannelData) -> np.ndarray:
-    """Per-channel maximum (sorting by max, the largest value): one pass, float32."""
-    data = channels.data
-    if channels.kind != "maps":
-        return data.reshape(-1).astype(np.float32, copy=False)
-    flat = data.reshape(data.shape[0], -1)
-    return flat.max(axis=1) if flat.shape[1] else np.zeros(flat.shape[0], dtype=np.float32)
-
-
-def channel_means(channels: ChannelData) -> np.ndarray:
-    data = channels.data
-    if channels.kind != "maps":
-        return data.reshape(-1).astype(np.float32, copy=False)
-    flat = data.reshape(data.shape[0], -1)
-    return flat.mean(axis=1, dtype=np.float32) if flat.shape[1] else np.zeros(flat.shape[0], dtype=np.float32)
-
-
-def arrange(
-    channels: ChannelData, settings: PanelSettings, ranges: tuple[np.ndarray, np.ndarray] | None = None,
-    dataset_order: np.ndarray | None = None,
-) -> Arrangement:
+def arrange(channels: DisplayChannels, settings: PanelSettings, dataset_order: np.ndarray | None = None) -> Arrangement:
     """Order channels as ``settings.sort`` asks; maps get their tile layout and scaling ranges (the mosaic is drawn
-    later, at the size it is shown), vectors their values in that order. ``ranges``: the maps' ranges if known;
-    ``dataset_order``: the "dataset" sort's order (a scan's), used only when it has one entry per channel."""
+    later, at the size it is shown), vectors their values in that order. ``dataset_order``: the "dataset" sort's
+    order (a scan's), used only when it has one entry per channel."""
     order = None
-    count = channels.data.shape[0] if channels.kind == "maps" else channels.data.size
+    count = channels.shape[0] if channels.kind == "maps" else int(np.prod(channels.shape))
     if settings.sort == "dataset" and dataset_order is not None and len(dataset_order) == count:
         order = np.asarray(dataset_order, dtype=np.intp)
     elif settings.sort == "mean":
-        order = sort_order(channel_means(channels))
+        order = sort_order(channels.means())
     elif settings.sort == "max":
-        order = sort_order(channel_maxima(channels))
+        order = sort_order(channels.maxima())
     if channels.kind == "maps":
-        return maps_arrangement(channels.data, settings.scaling, order, ranges)
-    values = channels.data.reshape(-1)
+        return maps_arrangement(channels, settings.scaling, order)
+    values = channels.data.reshape(-1)  # a vector's values: what its bar plot shows, small
     return Arrangement(None, order, values[order] if order is not None else values)
 
 
-def maps_arrangement(
-    data: np.ndarray,
-    scaling: str,
-    order: np.ndarray | None,
-    ranges: tuple[np.ndarray, np.ndarray] | None = None,
-) -> Arrangement:
-    """(C, H, W) maps as a mosaic in ``order``: the per-channel ranges now (one pass over the values), the
-    pixels when drawn."""
-    if ranges is None:
-        ranges = channel_ranges(data)
+def maps_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray | None) -> Arrangement:
+    """(C, H, W) maps as a mosaic in ``order``: the layout now, the pixels when drawn (on the values' device)."""
     shown = tuple(int(i) for i in order) if order is not None else None
-    count = len(shown) if shown is not None else data.shape[0]
-    layout = mosaic_layout(count, data.shape[1], data.shape[2], order=shown)
+    total, height, width = channels.shape
+    layout = mosaic_layout(len(shown) if shown is not None else total, height, width, order=shown)
 
     def draw(step: int) -> np.ndarray:
-        return mosaic(data, scaling=scaling, order=order, step=step, ranges=ranges)[0]
+        return draw_mosaic(channels, scaling, order, step)[0]
 
-    return Arrangement(layout, order, None, draw, ranges)
+    return Arrangement(layout, order, None, draw, channels.ranges)
 
 
-def _is_flat(channels: ChannelData, arrangement: Arrangement) -> bool:
+def _is_flat(channels: DisplayChannels) -> bool:
     """Every value the same (an all-zero gradient, say): from the maps' ranges, or the vector's values."""
-    if not channels.data.size:
+    if not channels.values.numel():
         return False
-    if arrangement.ranges is not None:
-        low, high = arrangement.ranges
+    if channels.ranges is not None:
+        low, high = channels.ranges
         return float(low.min()) == float(high.max())
-    maxima = channel_maxima(channels)
+    maxima = channels.maxima()
     return float(maxima.min()) == float(maxima.max())
 
 
-def _finite_channels(channels: ChannelData) -> tuple[ChannelData, tuple[np.ndarray, np.ndarray] | None]:
-    """NaN and inf replaced (``views.without_non_finite``), found for maps from their per-channel ranges, which
-    the mosaic needs anyway (a NaN or inf shows in them): one pass over the values fewer than checking first."""
-    if channels.kind != "maps":
-        return without_non_finite(channels), None
-    ranges = channel_ranges(channels.data)
-    if np.isfinite(ranges[0]).all() and np.isfinite(ranges[1]).all():
-        return channels, ranges
-    channels = without_non_finite(channels)
-    return channels, channel_ranges(channels.data)
-
-
 def picture_of(record: Record, settings: PanelSettings, dataset_order: np.ndarray | None = None) -> PanelPicture:
-    """One record as its panel will draw it."""
-    channels, ranges = _finite_channels(_as_drawable(record_picture(record, check_finite=False)))
-    arrangement = arrange(channels, settings, ranges, dataset_order)
+    """One record as its panel will draw it: the values stay on the run's device (``record.data``)."""
+    channels = display_channels(record.data, record.kind in GRADIENT_KINDS)
     return PanelPicture(
         path=record.path,
         kind=record.kind,
@@ -255,11 +198,11 @@ def picture_of(record: Record, settings: PanelSettings, dataset_order: np.ndarra
         call=record.call,
         leaf=record.leaf,
         method=record.method,
-        shape=tuple(record.tensor.shape),
+        shape=tuple(record.data.shape),
         channels=channels,
-        flat=_is_flat(channels, arrangement),
+        flat=_is_flat(channels),
         settings=settings,
-        arrangement=arrangement,
+        arrangement=arrange(channels, settings, dataset_order),
         record=record,
         dataset_order=dataset_order,
     )

@@ -1,24 +1,43 @@
 """Turning layer outputs and gradients into 2-D pictures: numpy arrays in and out, so it is cheap to test and reuse.
 
-The caller converts tensors to numpy; torch is used only inside ``channel_ranges``, as a faster reduction.
+The caller converts tensors to numpy; torch is used only inside ``channel_ranges``, as a faster reduction. How a
+record's shape becomes channels (``shaped``) works on numpy arrays and torch tensors alike, so the panels' device
+path (``app.core.display``) and the exports shape a record the same way.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 
-@dataclass(frozen=True)
 class ChannelData:
-    """A layer output in one of three shapes the views can draw, and how it got that shape."""
+    """A layer output in one of three shapes the views can draw, and how it got that shape.
 
-    kind: str  # "maps" (C,H,W) | "vector" (C,) | "scalar" (1,)
-    data: np.ndarray
-    note: str = ""
+    Not changed after it is made. ``data`` is a numpy array here; ``display.DisplayChannels`` makes it only when
+    first read (the full-resolution values of a panel, which most runs never need on the CPU)."""
+
+    def __init__(self, kind: str, data: np.ndarray | None, note: str = "") -> None:
+        self.kind = kind  # "maps" (C,H,W) | "vector" (C,) | "scalar" (1,)
+        self._data = data
+        self.note = note
+
+    @property
+    def data(self) -> np.ndarray:
+        assert self._data is not None
+        return self._data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of ``data`` (known without making it)."""
+        return tuple(self.data.shape)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.kind!r}, {self.shape}, {self.note!r})"
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -32,21 +51,57 @@ def _perfect_square_side(n: int) -> int | None:
     return side if side * side == n else None
 
 
-def token_grid(tokens: np.ndarray) -> tuple[np.ndarray, str] | None:
-    """Transformer tokens (N, C) laid back on their patch grid as (C, s, s); None when N is not a grid."""
-    tokens = np.asarray(tokens)
+def _grid(tokens: Any) -> tuple[Any, str] | None:
+    """``token_grid`` without the copy, for numpy arrays and torch tensors alike (a strided view)."""
     if tokens.ndim != 2:
         return None
     n, c = tokens.shape
     side = _perfect_square_side(n)
     if side is not None:
-        grid = tokens.T.reshape(c, side, side)
-        return np.ascontiguousarray(grid), f"tokens {n}x{c} -> {side}x{side} grid"
+        return tokens.T.reshape(c, side, side), f"tokens {n}x{c} -> {side}x{side} grid"
     side = _perfect_square_side(n - 1)
     if side is not None:
-        grid = tokens[1:].T.reshape(c, side, side)
-        return np.ascontiguousarray(grid), f"tokens {n}x{c} -> {side}x{side} grid (class token dropped)"
+        return tokens[1:].T.reshape(c, side, side), f"tokens {n}x{c} -> {side}x{side} grid (class token dropped)"
     return None
+
+
+def token_grid(tokens: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """Transformer tokens (N, C) laid back on their patch grid as (C, s, s); None when N is not a grid."""
+    grid = _grid(np.asarray(tokens))
+    return (np.ascontiguousarray(grid[0]), grid[1]) if grid is not None else None
+
+
+def shaped(data: Any) -> tuple[str, Any, list[str]]:
+    """Any layer output (real values, numpy or torch) as (kind, values, notes): "maps" (C, H, W), "vector" (C,) or
+    "scalar" (1,). Only operations numpy and torch share, so the values come back as the same type, a view where
+    one can be had (no copy: the caller decides when to pay for a contiguous one)."""
+    notes: list[str] = []
+    if data.ndim >= 2 and data.shape[0] == 1:
+        data = data[0]
+    if data.ndim == 0:
+        return "scalar", data.reshape(1), notes
+    if data.ndim == 1:
+        return "vector", data, notes
+    if data.ndim == 2:
+        grid = _grid(data)
+        if grid is not None:
+            notes.append(grid[1])
+            return "maps", grid[0], notes
+        notes.append(f"{_shape_text(tuple(data.shape))} output shown as one map")
+        return "maps", data[None], notes
+    if data.ndim == 3:
+        h, w, c = data.shape
+        if h == w and c > h:
+            notes.append(f"channels-last {h}x{w}x{c} -> {c} maps of {h}x{w}")
+            return "maps", data.swapaxes(0, 2).swapaxes(1, 2), notes
+        return "maps", data, notes
+    original = tuple(data.shape)
+    data = data.reshape(-1, original[-2], original[-1])
+    notes.append(
+        f"{len(original)}-D output {_shape_text(original)} -> "
+        f"{data.shape[0]} maps of {original[-2]}x{original[-1]} (leading dims merged)"
+    )
+    return "maps", data, notes
 
 
 def as_channels(array: np.ndarray, check_finite: bool = True) -> ChannelData:
@@ -56,41 +111,11 @@ def as_channels(array: np.ndarray, check_finite: bool = True) -> ChannelData:
     it makes anyway (``without_non_finite``)."""
     data = np.asarray(array)
     notes: list[str] = []
-    if data.ndim >= 2 and data.shape[0] == 1:
-        data = data[0]
     if np.iscomplexobj(data):
         data = np.abs(data)
         notes.append("complex values shown as magnitudes")
-    data = data.astype(np.float32, copy=False)
-
-    if data.ndim == 0:
-        kind, data = "scalar", data.reshape(1)
-    elif data.ndim == 1:
-        kind = "vector"
-    elif data.ndim == 2:
-        grid = token_grid(data)
-        if grid is not None:
-            kind, data = "maps", grid[0]
-            notes.append(grid[1])
-        else:
-            kind = "maps"
-            notes.append(f"{_shape_text(data.shape)} output shown as one map")
-            data = data[np.newaxis]
-    elif data.ndim == 3:
-        kind = "maps"
-        h, w, c = data.shape
-        if h == w and c > h:
-            data = np.ascontiguousarray(data.transpose(2, 0, 1))
-            notes.append(f"channels-last {h}x{w}x{c} -> {c} maps of {h}x{w}")
-    else:
-        kind = "maps"
-        original = data.shape
-        data = data.reshape(-1, original[-2], original[-1])
-        notes.append(
-            f"{len(original)}-D output {_shape_text(original)} -> "
-            f"{data.shape[0]} maps of {original[-2]}x{original[-1]} (leading dims merged)"
-        )
-
+    kind, data, shape_notes = shaped(data.astype(np.float32, copy=False))
+    notes += shape_notes
     channels = ChannelData(kind=kind, data=np.ascontiguousarray(data, dtype=np.float32), note="; ".join(notes))
     # A NaN or inf anywhere makes the sum non-finite: one pass with no temporary array, and only then (or on an
     # overflowing sum of finite values) the full check that counts and replaces them.
@@ -99,13 +124,16 @@ def as_channels(array: np.ndarray, check_finite: bool = True) -> ChannelData:
     return channels
 
 
+def non_finite_note(bad: int) -> str:
+    return f"{bad} non-finite value{'s' if bad != 1 else ''} (NaN/inf) replaced by 0"
+
+
 def without_non_finite(channels: ChannelData) -> ChannelData:
     """NaN and inf replaced by 0, with a note saying how many (the same channels when there are none)."""
     finite = np.isfinite(channels.data)
     if finite.all():
         return channels
-    bad = int(channels.data.size - np.count_nonzero(finite))
-    note = f"{bad} non-finite value{'s' if bad != 1 else ''} (NaN/inf) replaced by 0"
+    note = non_finite_note(int(channels.data.size - np.count_nonzero(finite)))
     data = np.where(finite, channels.data, np.float32(0))
     return ChannelData(channels.kind, data, "; ".join(n for n in (channels.note, note) if n))
 
@@ -289,14 +317,25 @@ def _scaling(
     values: np.ndarray, scaling: str, ranges: tuple[np.ndarray, np.ndarray] | None = None
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Per-channel (or shared) offset and factor to 0..255; (None, None) when values are not all finite."""
-    low, high = ranges if ranges is not None else channel_ranges(values)
+    factors = scaling_factors(ranges if ranges is not None else channel_ranges(values), scaling)
+    return factors if factors is not None else (None, None)
+
+
+def scaling_factors(
+    ranges: tuple[np.ndarray, np.ndarray], scaling: str
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, scale), float32 of shape (C, 1, 1) (per channel) or (1, 1, 1) (shared), that take a value v to
+    ``(v - lo) * scale + 0.5`` in [0.5, 255.5], so a uint8 cast rounds; None when a range is not finite. The one
+    definition of the scaling: ``mosaic`` here and the device mosaic (``app.core.display``) both use it, so both
+    give the same bytes."""
+    low, high = ranges
     if scaling == "channel":
         lo, hi = low.reshape(-1, 1, 1), high.reshape(-1, 1, 1)
     else:
         lo = np.full((1, 1, 1), low.min() if low.size else 0.0, dtype=np.float32)
         hi = np.full((1, 1, 1), high.max() if high.size else 0.0, dtype=np.float32)
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-        return None, None
+        return None
     span = hi.astype(np.float64) - lo.astype(np.float64)
     scale = np.divide(255.0, span, out=np.zeros_like(span), where=span > 0).astype(np.float32)
     return lo.astype(np.float32, copy=False), scale

@@ -216,7 +216,8 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     pictures = [with_rendering(picture, request.fit) for picture in pictures]  # coloured here, so the GUI thread only paints
     saliency = None
     if result.input_grad is not None and result.input_grad.ndim == 4:
-        saliency = np.ascontiguousarray(result.input_grad[0].abs().amax(dim=0).float().numpy())
+        # reduced where the gradient is (a GPU run's, if the engine keeps it there): only the (H, W) map moves
+        saliency = np.ascontiguousarray(result.input_grad[0].abs().amax(dim=0).float().cpu().numpy())
     prepare_ms = (time.perf_counter() - start) * 1000
     timings = {"read_ms": read_ms, **result.timings, "prepare_ms": prepare_ms}
     image_b = request.image_b.loaded(pixels_b) if request.image_b is not None and pixels_b is not None else None
