@@ -197,3 +197,46 @@ def test_a_session_with_its_own_preprocessing(tmp_path, capsys):
     expected = _exported(out)
     assert expected["input"].shape == (1, 3, 128, 128)
     assert _compare(tmp_path / "captures.npz", expected) <= 1e-6
+
+
+def test_the_grad_columns_in_a_script_tensor_hooks_and_grad_input(tmp_path):
+    """The window's Grad column (a tensor hook on the output) and Grad in column (grad_input: a full backward hook, or
+    tensor hooks on the inputs where it cannot work), with the gradient edits on the same modules, redone by the
+    script exactly: the same records under the export's keys."""
+    from app.core.capture import capture_run
+    from app.core.export import ARCHIVES as EXPORT_ARCHIVES
+    from app.core.hooks import FALLBACK, FULL_BACKWARD, HookRegistry
+    from app.core.images import read_image
+    from app.core.interventions import parse_edit
+    from app.core.models import load_model
+    from app.core.script_export import standalone_script
+
+    loaded = load_model("resnet18", "none", seed=3)
+    image = _picture(tmp_path / "photo.png", 1, (160, 120))
+    registry = HookRegistry(loaded.module)
+    for path, kind in [("conv1", "grad_input"), ("bn1", "grad_input"), ("layer1.0.relu", "grad_input"),
+                       ("layer2.0.conv1", "grad_input"), ("layer3.0.conv1", "tensor"), ("bn1", "tensor"),
+                       ("fc", "grad_input")]:
+        registry.add(path, kind)
+    for spec in ("scale-grad-input:layer2.0.conv1:1.5", "scale-grad:layer3.0.conv1:1.6"):
+        registry.add_edit(parse_edit(spec))
+    result = capture_run(loaded.module, registry, loaded.preprocess.to_tensor(read_image(image)))
+    methods = {(h.path, h.kind): h.method for h in registry.handles()}
+    assert methods[("conv1", "grad_input")] == methods[("fc", "grad_input")] == FULL_BACKWARD
+    assert methods[("bn1", "grad_input")] == methods[("layer1.0.relu", "grad_input")] == FALLBACK
+
+    script = tmp_path / "redo.py"
+    script.write_text(standalone_script(loaded, registry, image=image, what="a test"))
+    text = script.read_text()
+    assert "register_full_backward_hook(save_grad_input('conv1', calls=1))" in text
+    assert "register_forward_pre_hook(save_input_grad('bn1'))" in text  # an in-place ReLU follows bn1
+    assert "register_forward_hook(save_output_grad('layer3.0.conv1', 'tensor'))" in text
+    _run_script(script, tmp_path / "captures.npz", tmp_path)
+    archives = {kind: name.removesuffix(".npz") for kind, name in EXPORT_ARCHIVES.items()}
+    expected = {f"{archives[r.kind]}/{r.key}": r.tensor.numpy() for r in result.records}
+    expected["input"] = result.input.numpy()
+    expected["input_grad"] = result.input_grad.numpy()
+    assert f"{archives['grad_input']}/layer1.0.relu#1" in expected  # the fallback, second call
+    conv1 = next(r for r in result.records if (r.path, r.kind) == ("conv1", "grad_input"))
+    torch.testing.assert_close(conv1.tensor, result.input_grad)  # conv1's input is the image
+    assert _compare(tmp_path / "captures.npz", expected) <= 1e-6
