@@ -1,16 +1,17 @@
 """Image A against image B, computed off the GUI thread: B's pictures, the difference A − B, channels ranked by it.
 
-Pure numpy, no Qt (the worker runs it). When image B is set, each run runs B through the same registry right after
+No Qt (the worker runs it). When image B is set, each run runs B through the same registry right after
 A, so both see the same hooks and edits; every record both runs have gets three pictures (A, B, A − B), and all
 three carry the channel order "by difference" (mean |A − B| per channel, largest first).
 
 The difference is of the values as captured (signed, for gradients too) and is drawn through a diverging colormap
-with zero in the middle: blue where B is larger, orange where A is larger.
+with zero in the middle: blue where B is larger, orange where A is larger. It is taken in numpy from both records'
+CPU tensors (``record.tensor``: on a GPU run, copies of both); A's and B's own pictures, and the difference's mosaic,
+are drawn as every panel's are (``app.core.display``), at the size shown.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from app.core.capture import RunResult
 from app.core.compare import as_array, pair_records
-from app.core.display import DisplayChannels, display_of_array
+from app.core.display import DisplayChannels, display_of_array, signed_mosaic
 from app.core.hooks import GRADIENT_KINDS
 from app.core.pictures import (  # noqa: F401  (VIEWS: the panels' view drop-down, kept importable from here)
     VIEWS,
@@ -29,7 +30,7 @@ from app.core.pictures import (  # noqa: F401  (VIEWS: the panels' view drop-dow
     maps_arrangement,
     picture_of,
 )
-from app.core.views import ChannelData, MosaicLayout, as_channels
+from app.core.views import ChannelData, as_channels, mosaic_layout
 
 DIFF_SORT = "diff"
 
@@ -47,33 +48,6 @@ def diverging_lut() -> np.ndarray:
     return np.clip(np.round(lut), 0, 255).astype(np.uint8)
 
 
-def signed_mosaic(
-    maps: np.ndarray, scaling: str = "channel", order: np.ndarray | None = None, pad: int = 1
-) -> tuple[np.ndarray, MosaicLayout]:
-    """Signed maps (C, H, W) as one uint8 mosaic with zero at 128 (values 1..255, padding 0), symmetric per
-    channel (or shared): the tile layout of ``views.mosaic``, so the panel's tile arithmetic works unchanged."""
-    values = np.asarray(maps, dtype=np.float32)
-    count_all, h, w = values.shape
-    index = np.arange(count_all) if order is None else np.asarray(order, dtype=np.intp).reshape(-1)
-    count = index.size
-    order_tuple = None if order is None else tuple(int(i) for i in index)
-    if count == 0 or h == 0 or w == 0:
-        return np.zeros((0, 0), dtype=np.uint8), MosaicLayout(count, 0, 0, h, w, pad, order_tuple)
-    cols = max(1, min(math.ceil(math.sqrt(count)), count))
-    rows = math.ceil(count / cols)
-    magnitude = np.abs(values).reshape(count_all, -1).max(axis=1)
-    if scaling == "shared":
-        magnitude = np.full_like(magnitude, magnitude.max(initial=0.0))
-    scale = np.divide(127.0, magnitude, out=np.zeros_like(magnitude), where=magnitude > 0)
-    picture = np.zeros((rows * (h + pad) - pad, cols * (w + pad) - pad), dtype=np.uint8)
-    for tile, channel in enumerate(index):
-        row, col = divmod(tile, cols)
-        top, left = row * (h + pad), col * (w + pad)
-        scaled = values[channel] * scale[channel] + np.float32(128.5)
-        picture[top : top + h, left : left + w] = np.clip(scaled, 1, 255).astype(np.uint8)
-    return picture, MosaicLayout(count, cols, rows, h, w, pad, order_tuple)
-
-
 def arrange_view(
     channels: DisplayChannels, settings: PanelSettings, view: str, diff_order: np.ndarray | None
 ) -> Arrangement:
@@ -89,12 +63,24 @@ def arrange_view(
     if channels.kind == "maps":
         if order is None and settings.sort in ("mean", "max"):
             order = arrange(channels, settings).order
-        image, layout = signed_mosaic(channels.data, settings.scaling, order)
-        return Arrangement.of_image(image, layout, order)
+        return signed_arrangement(channels, settings.scaling, order)
     if order is None and settings.sort in ("mean", "max"):
         order = arrange(channels, settings).order
     values = channels.data.reshape(-1)
     return Arrangement(None, order, values[order] if order is not None else values)
+
+
+def signed_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray | None) -> Arrangement:
+    """Signed maps (A − B) as a mosaic through the diverging table (``display.signed_mosaic``), drawn when asked
+    for, at the size the panel shows it, as ``pictures.maps_arrangement`` draws the others."""
+    shown = tuple(int(i) for i in order) if order is not None else None
+    total, height, width = channels.shape
+    layout = mosaic_layout(len(shown) if shown is not None else total, height, width, order=shown)
+
+    def draw(step: int) -> np.ndarray:
+        return signed_mosaic(channels, scaling, order, step)[0]
+
+    return Arrangement(layout, order, None, draw, channels.ranges)
 
 
 @dataclass(frozen=True, eq=False)

@@ -165,9 +165,54 @@ def device_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | N
     """``views.mosaic`` as torch operations on the values' device (CUDA, MPS; the CPU in tests): the same scaling
     factors (``views.scaling_factors``, computed on the CPU), the same float32 operations in the same order and the
     same truncating cast, so the same bytes. Only the sampled pixels are read, and only the uint8 image moves."""
+    assert channels.ranges is not None
+    factors = scaling_factors(channels.ranges, scaling)
+    assert factors is not None, "DisplayChannels hold finite values"
+    lo, scale = factors
+    sampled, layout, index = _sampled(channels, order, step, pad)
+    if sampled is None:
+        return np.zeros((0, 0), dtype=np.uint8), layout
+    if index is not None and scaling == "channel":
+        lo, scale = lo[index], scale[index]
+    device = sampled.device
+    # (v - lo) * scale + 0.5, each step rounded to float32 as numpy does it, in one buffer of the sampled size
+    # (contiguous whatever the values' strides: a token grid is a transposed view)
+    work = torch.empty(sampled.shape, dtype=torch.float32, device=device)
+    torch.sub(sampled, torch.from_numpy(lo).to(device), out=work)
+    work.mul_(torch.from_numpy(scale).to(device)).add_(0.5)
+    return _placed(work, layout), layout
+
+
+def signed_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1,
+                  pad: int = 1) -> tuple[np.ndarray, MosaicLayout]:
+    """Signed maps (an A − B difference) as a uint8 mosaic with zero at 128 (values 1..255, padding 0), symmetric
+    per channel (or one range for all: ``scaling`` "shared"), keeping every ``step``-th pixel of each tile: the tile
+    layout of ``views.mosaic``, so the panel's tile arithmetic works unchanged. Drawn on the values' device."""
+    assert channels.ranges is not None
+    low, high = channels.ranges
+    magnitude = np.maximum(np.abs(low), np.abs(high))  # the largest |v| of each channel: at one end of its range
+    if scaling == "shared":
+        magnitude = np.full_like(magnitude, magnitude.max(initial=0.0))
+    scale = np.divide(np.float32(127.0), magnitude, out=np.zeros_like(magnitude), where=magnitude > 0)
+    sampled, layout, index = _sampled(channels, order, step, pad)
+    if sampled is None:
+        return np.zeros((0, 0), dtype=np.uint8), layout
+    if index is not None:
+        scale = scale[index]
+    device = sampled.device
+    work = torch.mul(sampled, torch.from_numpy(scale.reshape(-1, 1, 1)).to(device),
+                     out=torch.empty(sampled.shape, dtype=torch.float32, device=device))
+    work.add_(128.5).clamp_(1, 255)
+    return _placed(work, layout), layout
+
+
+def _sampled(
+    channels: DisplayChannels, order: np.ndarray | None, step: int, pad: int
+) -> tuple[torch.Tensor | None, MosaicLayout, np.ndarray | None]:
+    """Every ``step``-th pixel of each map, the maps in ``order`` (a view, or a copy of the sampled pixels only),
+    with the mosaic's layout and the order as indices; no values for an empty mosaic."""
     if step < 1:
         raise ValueError("mosaic step must be at least 1.")
-    assert channels.ranges is not None
     values = channels.values
     total, height, width = values.shape
     index: np.ndarray | None = None
@@ -181,29 +226,25 @@ def device_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | N
     count = total if index is None else index.size
     layout = mosaic_layout(count, -(-height // step), -(-width // step), None, pad, order_tuple)
     if not layout.rows:
-        return np.zeros((0, 0), dtype=np.uint8), layout
-    rows, cols, h, w = layout.rows, layout.cols, layout.tile_h, layout.tile_w
-    factors = scaling_factors(channels.ranges, scaling)
-    assert factors is not None, "DisplayChannels hold finite values"
-    lo, scale = factors
-    device = values.device
+        return None, layout, index
     sampled = values[:, ::step, ::step] if step > 1 else values
     if index is not None:
-        sampled = sampled.index_select(0, torch.from_numpy(index.astype(np.int64)).to(device))
-        if scaling == "channel":
-            lo, scale = lo[index], scale[index]
-    # (v - lo) * scale + 0.5, each step rounded to float32 as numpy does it, in one buffer of the sampled size
-    # (contiguous whatever the values' strides: a token grid is a transposed view)
-    work = torch.empty(sampled.shape, dtype=torch.float32, device=device)
-    torch.sub(sampled, torch.from_numpy(lo).to(device), out=work)
-    work.mul_(torch.from_numpy(scale).to(device)).add_(0.5)
+        sampled = sampled.index_select(0, torch.from_numpy(index.astype(np.int64)).to(values.device))
+    return sampled, layout, index
+
+
+def _placed(work: torch.Tensor, layout: MosaicLayout) -> np.ndarray:
+    """(count, h, w) tiles, already in [0.5, 255.5), as the uint8 mosaic of ``layout`` (padding 0): made on their
+    device, then moved to the CPU (the cast truncates, as numpy's does)."""
+    rows, cols, h, w, pad = layout.rows, layout.cols, layout.tile_h, layout.tile_w, layout.pad
+    count = work.shape[0]
     picture_h, picture_w = mosaic_size(layout)
-    picture = torch.zeros(picture_h * picture_w, dtype=torch.uint8, device=device)
-    # a (rows, h, cols, w) window onto the tiles' pixels: written once (the cast truncates, as numpy's), no padding
+    picture = torch.zeros(picture_h * picture_w, dtype=torch.uint8, device=work.device)
+    # a (rows, h, cols, w) window onto the tiles' pixels: each written once, the padding never
     tiles = picture.as_strided((rows, h, cols, w), ((h + pad) * picture_w, picture_w, w + pad, 1))
     full = count // cols
     if full:
         tiles[:full].copy_(work[: full * cols].view(full, cols, h, w).permute(0, 2, 1, 3))
     if count > full * cols:
         tiles[full, :, : count - full * cols].copy_(work[full * cols :].permute(1, 0, 2))
-    return picture.view(picture_h, picture_w).cpu().numpy(), layout
+    return picture.view(picture_h, picture_w).cpu().numpy()

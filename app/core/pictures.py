@@ -68,11 +68,6 @@ class Arrangement:
     draw: Callable[[int], np.ndarray] | None = None  # maps: the uint8 mosaic keeping every step-th pixel of a tile
     ranges: tuple[np.ndarray, np.ndarray] | None = None  # maps: per-channel (min, max)
 
-    @classmethod
-    def of_image(cls, image: np.ndarray, layout: MosaicLayout, order: np.ndarray | None) -> Arrangement:
-        """A mosaic already drawn (the signed A − B views): every ``sampled`` step gives it whole."""
-        return cls(layout, order, None, lambda _step: image)
-
     @cached_property
     def image(self) -> np.ndarray | None:
         """The full uint8 (H, W) mosaic for maps, None for vectors."""

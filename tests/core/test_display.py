@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.display import channel_ranges, device_mosaic, display_channels, display_of_array, draw_mosaic
+from app.core.display import (
+    channel_ranges,
+    device_mosaic,
+    display_channels,
+    display_of_array,
+    draw_mosaic,
+    signed_mosaic,
+)
 from app.core.hooks import Record
 from app.core.pictures import PanelSettings, picture_of
 from app.core.views import ChannelData, as_channels, grad_magnitude, mosaic, without_non_finite
@@ -199,3 +206,38 @@ def test_a_picture_keeps_its_full_values_on_the_device_until_they_are_read() -> 
     np.testing.assert_array_equal(picture.channels.data, values[0].abs().numpy())
     order = np.argsort(-values[0].abs().amax(dim=(1, 2)).numpy(), kind="stable")
     np.testing.assert_array_equal(picture.arrangement.order, order)
+
+
+def _signed_reference(maps: np.ndarray, scaling: str, order: np.ndarray | None, pad: int, step: int = 1) -> np.ndarray:
+    """The A − B mosaic as it was drawn in numpy, tile by tile (magnitudes from every pixel, then sampled)."""
+    count_all = maps.shape[0]
+    magnitude = np.abs(maps).reshape(count_all, -1).max(axis=1)
+    if scaling == "shared":
+        magnitude = np.full_like(magnitude, magnitude.max(initial=0.0))
+    scale = np.divide(127.0, magnitude, out=np.zeros_like(magnitude), where=magnitude > 0)
+    maps = maps[:, ::step, ::step]
+    h, w = maps.shape[1:]
+    index = np.arange(count_all) if order is None else np.asarray(order)
+    cols = max(1, min(int(np.ceil(np.sqrt(index.size))), index.size))
+    rows = -(-index.size // cols)
+    picture = np.zeros((rows * (h + pad) - pad, cols * (w + pad) - pad), dtype=np.uint8)
+    for tile, channel in enumerate(index):
+        row, col = divmod(tile, cols)
+        scaled = maps[channel] * scale[channel] + np.float32(128.5)
+        picture[row * (h + pad): row * (h + pad) + h, col * (w + pad): col * (w + pad) + w] = np.clip(scaled, 1, 255)
+    return picture
+
+
+@pytest.mark.parametrize("scaling", ["channel", "shared"])
+def test_the_signed_mosaic_is_zero_at_128_and_sampled_as_the_others(scaling: str) -> None:
+    maps = _values(10, 9, 7, scale=2.0)
+    maps[3] = 0.0  # no difference at all
+    maps[4] = np.abs(maps[4])  # only positive
+    channels = display_of_array(ChannelData("maps", maps))
+    for order in (None, np.array([9, 3, 0, 4])):
+        for pad in (0, 1):
+            for step in (1, 2, 3):
+                image, layout = signed_mosaic(channels, scaling, order, step, pad)
+                assert (layout.tile_h, layout.tile_w) == (-(-9 // step), -(-7 // step))
+                np.testing.assert_array_equal(image, _signed_reference(maps, scaling, order, pad, step))
+    assert (signed_mosaic(channels, scaling, np.array([3]))[0] == 128).all()
