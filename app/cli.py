@@ -553,9 +553,12 @@ def run_bench(args: argparse.Namespace) -> int:
     result = benchmark(loaded.module, paths, tuple(args.hooks), args.size, args.repeat)
     print(
         f"{args.model} {args.size}x{args.size} on cpu, {len(paths)} modules, {result.hooks} hooks "
-        f"({'+'.join(args.hooks)}), {args.repeat} interleaved pairs: "
-        f"bare median {result.bare_median:.1f} ms, hooked median {result.hooked_median:.1f} ms, "
-        f"ratio (median of pairs) {result.ratio:.3f}"
+        f"({'+'.join(args.hooks)}), {args.repeat} interleaved rounds: medians bare {result.bare_median:.1f} ms, "
+        f"floor (plain PyTorch hooks) {result.floor_median:.1f} ms, Hookscope {result.hooked_median:.1f} ms"
+    )
+    print(
+        f"ratios (median of rounds): Hookscope/bare {result.ratio:.3f}, floor/bare {result.floor_ratio:.3f}, "
+        f"Hookscope/floor {result.above_floor:.3f}"
     )
     return 0
 

@@ -1,16 +1,28 @@
-"""Hooked against bare forward+backward, interleaved in one process, so that the ratio survives a noisy machine."""
+"""What hooks cost: bare forward+backward, a plain-PyTorch floor and Hookscope, interleaved in one process, so that
+the ratios survive a noisy machine.
+
+The floor is what a careful script without Hookscope would do to see the same things: a forward hook per module
+keeping a reference to its output (a copy where a later in-place op overwrites it), a tensor hook per output keeping
+its gradient, a full backward hook keeping ``grad_output`` / ``grad_input`` where one works. It shows how far above
+the cost of the hooks themselves Hookscope's engine is.
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import permutations
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from app.core.capture import capture_run
 from app.core.hooks import HookKind, HookRegistry
+from app.core.structure import tensor_leaves
+from app.core.tree import ModelSurvey, survey
 
 
 @dataclass(frozen=True)
@@ -18,6 +30,7 @@ class BenchResult:
     bare_ms: list[float]
     hooked_ms: list[float]
     hooks: int
+    floor_ms: list[float]
 
     @property
     def bare_median(self) -> float:
@@ -28,9 +41,23 @@ class BenchResult:
         return statistics.median(self.hooked_ms)
 
     @property
+    def floor_median(self) -> float:
+        return statistics.median(self.floor_ms)
+
+    @property
     def ratio(self) -> float:
-        """Median over pairs of hooked/bare, each pair measured back to back."""
+        """Median over rounds of hooked/bare, each round measured back to back."""
         return statistics.median(h / b for h, b in zip(self.hooked_ms, self.bare_ms))
+
+    @property
+    def floor_ratio(self) -> float:
+        """Median over rounds of floor/bare: what the hooks themselves cost."""
+        return statistics.median(f / b for f, b in zip(self.floor_ms, self.bare_ms))
+
+    @property
+    def above_floor(self) -> float:
+        """Median over rounds of hooked/floor: what Hookscope's engine adds to the hooks."""
+        return statistics.median(h / f for h, f in zip(self.hooked_ms, self.floor_ms))
 
 
 def bare_run(model: nn.Module, x: torch.Tensor) -> None:
@@ -42,6 +69,61 @@ def bare_run(model: nn.Module, x: torch.Tensor) -> None:
         torch.autograd.backward(objective, inputs=[xin])
 
 
+def floor_hooks(
+    model: nn.Module, paths: list[str], kinds: tuple[HookKind, ...], known: ModelSurvey, kept: list[torch.Tensor]
+) -> list[RemovableHandle]:
+    """Plain PyTorch hooks that keep into ``kept`` what Hookscope's hooks of ``kinds`` record, with the copies the
+    survey says are needed (see the module's docstring). Returns their handles."""
+    modules = dict(model.named_modules())
+    handles = []
+
+    def keep_output(copy: bool) -> Callable:
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
+            for _, tensor in tensor_leaves(output):
+                kept.append(tensor.detach().clone() if copy else tensor.detach())
+
+        return hook
+
+    def keep_input(copy: bool) -> Callable:
+        def hook(module: nn.Module, args: tuple) -> None:
+            for _, tensor in tensor_leaves(args):
+                kept.append(tensor.detach().clone() if copy else tensor.detach())
+
+        return hook
+
+    def grad_of(which: str) -> Callable:
+        def hook(module: nn.Module, args: tuple, output: object = None) -> None:
+            for _, tensor in tensor_leaves(output if which == "output" else args):
+                if tensor.requires_grad:
+                    tensor.register_hook(kept.append)
+
+        return hook
+
+    def full_backward(which: int) -> Callable:
+        def hook(module: nn.Module, grad_input: tuple, grad_output: tuple) -> None:
+            kept.extend(g for g in (grad_input, grad_output)[which] if g is not None)
+
+        return hook
+
+    for path in paths:
+        module, run = modules[path], known.run_of(path)
+        # Where a full backward hook would raise or never fire, a careful script uses tensor hooks, as Hookscope does.
+        full_works = not (run.modifies_input or run.output_modified_later or run.output_form == "structured"
+                          or (run.ran and not run.input_needs_grad))
+        for kind in kinds:
+            if kind == "forward":
+                handles.append(module.register_forward_hook(keep_output(run.output_modified_later)))
+            elif kind == "pre":
+                handles.append(module.register_forward_pre_hook(keep_input(run.modifies_input)))
+            elif kind == "tensor" or (kind == "backward" and not full_works):
+                handles.append(module.register_forward_hook(grad_of("output")))
+            elif kind == "grad_input" and not full_works:
+                handles.append(module.register_forward_pre_hook(grad_of("input")))
+            else:
+                handles.append(module.register_full_backward_hook(full_backward(1 if kind == "backward" else 0)))
+    return handles
+
+
 def benchmark(
     model: nn.Module,
     paths: list[str],
@@ -50,25 +132,46 @@ def benchmark(
     repeat: int = 10,
     warmup: int = 2,
 ) -> BenchResult:
-    """Time ``repeat`` interleaved pairs (bare, hooked) after ``warmup`` pairs; hooks are added outside the timing."""
+    """Time ``repeat`` rounds of (bare, floor, hooked) after ``warmup`` rounds. Both sets of hooks are registered
+    outside the timing (as ticks are, before a run) and removed after it, so bare runs without any; what they kept
+    is dropped at once, as a result nobody looks at would be. Each round runs the three in another order, so that
+    none always follows the same one (what the previous run left in the allocator shows in the next)."""
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+    known = survey(model, x.clone().requires_grad_(True))
     registry = HookRegistry(model)
-    bare, hooked = [], []
-    try:
-        for index in range(warmup + repeat):
-            registry.clear()
-            start = time.perf_counter()
-            bare_run(model, x)
-            bare_ms = (time.perf_counter() - start) * 1000
+    orders = list(permutations(("bare", "floor", "hooked")))
+    times: dict[str, list[float]] = {"bare": [], "floor": [], "hooked": []}
+
+    def run(which: str) -> float:
+        kept: list[torch.Tensor] = []
+        handles = floor_hooks(model, paths, kinds, known, kept) if which == "floor" else []
+        if which == "hooked":
             for path in paths:
                 for kind in kinds:
                     registry.add(path, kind)
+        try:
             start = time.perf_counter()
-            capture_run(model, registry, x)
-            hooked_ms = (time.perf_counter() - start) * 1000
+            if which == "hooked":
+                capture_run(model, registry, x)
+            else:
+                bare_run(model, x)
+            return (time.perf_counter() - start) * 1000
+        finally:
+            for handle in handles:
+                handle.remove()
+            registry.clear()
+
+    for path in paths:
+        for kind in kinds:
+            registry.add(path, kind)
+    hooks = len(registry.handles())
+    registry.clear()
+    try:
+        for index in range(warmup + repeat):
+            round_ms = {which: run(which) for which in orders[index % len(orders)]}
             if index >= warmup:
-                bare.append(bare_ms)
-                hooked.append(hooked_ms)
-        return BenchResult(bare, hooked, len(registry.handles()))
+                for which, ms in round_ms.items():
+                    times[which].append(ms)
+        return BenchResult(times["bare"], times["hooked"], hooks, times["floor"])
     finally:
         registry.clear()

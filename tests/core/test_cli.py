@@ -90,7 +90,8 @@ def test_errors_are_one_readable_line(args, message, tmp_path):
 def test_bench_prints_medians_and_ratio():
     done = hookscope("bench", "--model", "resnet18", "--layers", "conv1,layer1,fc", "--size", "64", "--repeat", "2")
     assert done.returncode == 0, done.stderr
-    assert "bare median" in done.stdout and "ratio (median of pairs)" in done.stdout
+    assert "medians bare" in done.stdout and "floor (plain PyTorch hooks)" in done.stdout
+    assert "Hookscope/bare" in done.stdout and "floor/bare" in done.stdout and "Hookscope/floor" in done.stdout
 
 
 def test_core_imports_no_qt():
