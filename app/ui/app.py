@@ -32,6 +32,7 @@ from app.core.startup import (
 from app.ui.dialogs.about import app_icon
 from app.ui.main_window import MainWindow
 from app.ui.state.settings import settings_folder
+from app.ui.state.workspace import CHECK_KINDS
 from app.ui.theme import apply_theme, configure_pyqtgraph
 
 SELF_TEST_REPORT_ENV = "HOOKSCOPE_SELF_TEST_REPORT"
@@ -137,7 +138,9 @@ def _close(window: MainWindow) -> None:
     QApplication.processEvents()
 
 
-TICK_NAMES = {"act": "forward", "in": "pre", "grad": "backward"}
+# --ticks names, in the tree's column order: In, Act, Grad (a tensor hook on the output), Grad in (grad_input, a full
+# backward hook).
+TICK_NAMES = {"in": "pre", "act": "forward", "grad": "tensor", "gradin": "grad_input"}
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -150,17 +153,17 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def parse_ticks(text: str) -> tuple[str, ...]:
-    """``act,in,grad`` as hook kinds, in the tree's column order."""
+    """``act,in,grad,gradin`` as hook kinds, in the tree's column order."""
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in TICK_NAMES]
     if unknown or not names:
-        raise HookscopeError(f"--ticks takes a list of act, in, grad (not '{text}').")
+        raise HookscopeError(f"--ticks takes a list of {', '.join(TICK_NAMES)} (not '{text}').")
     return tuple(TICK_NAMES[name] for name in TICK_NAMES if name in names)
 
 
 def take_screenshot(
     out: str, image: str | None, model: str | None, weights: str, device: str, check: list[str] | None,
-    size: tuple[int, int] = SCREENSHOT_SIZE, ticks: tuple[str, ...] = ("forward", "backward"),
+    size: tuple[int, int] = SCREENSHOT_SIZE, ticks: tuple[str, ...] = CHECK_KINDS,
 ) -> int:
     """Open the real window at ``size``, tick ``check`` (the ``ticks`` columns) as a click would, wait, save."""
     name = _check_model(model)
@@ -281,7 +284,7 @@ def run_gui(
     exit status."""
     if self_test:
         return run_self_test()
-    kinds = parse_ticks(ticks) if ticks else ("forward", "backward")
+    kinds = parse_ticks(ticks) if ticks else CHECK_KINDS
     if screenshot:
         return take_screenshot(screenshot, image, model, weights, device, check,
                                parse_size(size) if size else SCREENSHOT_SIZE, kinds)

@@ -54,7 +54,7 @@ from app.ui.widgets.predictions import PredictionsPanel
 
 AREAS = {"left": Qt.DockWidgetArea.LeftDockWidgetArea, "right": Qt.DockWidgetArea.RightDockWidgetArea,
          "bottom": Qt.DockWidgetArea.BottomDockWidgetArea}
-TICK_KINDS = ("forward", "pre", "backward")
+TICK_KINDS = ("forward", "pre", "tensor", "grad_input")  # the tree's Act, In, Grad and Grad in columns
 
 
 def qimage_to_pil(image: QImage) -> Image.Image:

@@ -46,13 +46,13 @@ def test_image_b_gives_every_panel_a_b_and_the_difference(window: MainWindow, qt
         atol=1e-6,
     )
 
-    for kind, key in (("forward", "layer4.1.conv2"), ("backward", "layer1.0.conv1")):
+    for kind, key in (("forward", "layer4.1.conv2"), ("tensor", "layer1.0.conv1")):
         panel = window.panel_area.panels[(kind, key)]
         a, b = record(result_a, kind, key), record(result_b, kind, key)
         assert panel.view_box.isVisibleTo(panel) and set(panel.views) == {"A", "B", "diff"}
         shown_a = panel.picture.channels.data
         panel.choose_view("B")
-        b_values = np.abs(b.tensor[0].numpy()) if kind == "backward" else b.tensor[0].numpy()
+        b_values = np.abs(b.tensor[0].numpy()) if kind == "tensor" else b.tensor[0].numpy()
         np.testing.assert_array_equal(panel.picture.channels.data, b_values)
         panel.choose_view("diff")
         assert space.settings_for(key, kind).view == "diff"  # the workspace holds it (sessions save it)

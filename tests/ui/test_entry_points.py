@@ -55,13 +55,23 @@ def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, m
     monkeypatch.setattr(app_module, "make_window", spy)
     out = tmp_path / "small.png"
     assert run_gui(None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False, size="1024x700",
-                   ticks="in,grad") == 0
+                   ticks="in,grad,gradin") == 0
     image = QImage(str(out))
     assert (image.width(), image.height()) == (1024, 700)
-    assert seen["pairs"] == {("layer2.0.conv1", "pre"), ("layer2.0.conv1", "backward")}
+    assert seen["pairs"] == {("layer2.0.conv1", "pre"), ("layer2.0.conv1", "tensor"), ("layer2.0.conv1", "grad_input")}
 
 
 @pytest.mark.parametrize("size, ticks", [("1024", None), ("10x10", None), (None, "act,weights")])
 def test_a_bad_size_or_ticks_is_one_clear_error(tmp_path: Path, qapp, size, ticks) -> None:
     with pytest.raises(HookscopeError, match="--size|--ticks"):
         run_gui(None, None, "none", "cpu", str(tmp_path / "x.png"), None, False, size=size, ticks=ticks)
+
+
+def test_ticks_name_the_trees_columns_in_their_order() -> None:
+    """--ticks: in, act, grad (a tensor hook on the output), gradin (grad_input, a full backward hook)."""
+    from app.ui.app import parse_ticks
+
+    assert parse_ticks("gradin,act") == ("forward", "grad_input")
+    assert parse_ticks("grad, in") == ("pre", "tensor")
+    with pytest.raises(HookscopeError, match="--ticks takes a list of in, act, grad, gradin"):
+        parse_ticks("backward")

@@ -53,7 +53,7 @@ def test_png_and_svg_exports_are_the_mosaic_in_its_colormap(window, tmp_path, mo
 
 
 def test_gradient_panel_with_shared_scaling_exports_what_it_draws(window, tmp_path, monkeypatch):
-    panel = window.panel_area.panels[("backward", "layer4.1.conv2")]
+    panel = window.panel_area.panels[("tensor", "layer4.1.conv2")]
     panel.choose(scaling="shared", colormap="inferno")
     export_through_menu(panel, "Mosaic as PNG…", tmp_path / "grad", monkeypatch)  # the suffix is added
     written = np.asarray(Image.open(tmp_path / "grad.png").convert("RGB"))
@@ -83,7 +83,7 @@ def test_one_channel_arrays_and_statistics(window, tmp_path, monkeypatch):
         np.testing.assert_array_equal(archive["layer1.0.conv1"], raw)
         np.testing.assert_array_equal(archive["shown"], data)
 
-    gradient = window.panel_area.panels[("backward", "layer4.1.conv2")]
+    gradient = window.panel_area.panels[("tensor", "layer4.1.conv2")]
     export_through_menu(gradient, "Statistics as CSV…", tmp_path / "grad_stats.csv", monkeypatch)
     stats = read_stats_csv(tmp_path / "grad_stats.csv")
     expected = channel_stats(gradient.picture.channels.data)  # of |grad|, as drawn
@@ -110,7 +110,7 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
     with qtbot.waitSignal(sessions.exported, timeout=RUN_TIMEOUT_MS):
         assert sessions.export_run(out)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["hook_kinds"] == ["forward", "pre", "backward"]
+    assert manifest["hook_kinds"] == ["forward", "pre", "tensor"]
     assert manifest["model"]["name"] == "resnet18" and manifest["input_shape"] == [1, 3, 224, 224]
     with np.load(out / "activations.npz") as archive:
         assert set(archive.files) == {"layer1.0.conv1", "layer4.1.conv2"}
@@ -118,8 +118,9 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
                                       record_of(window, "forward", "layer1.0.conv1").tensor.numpy())
     with np.load(out / "inputs.npz") as archive:
         assert "layer2.0.conv1" in archive.files
-    with np.load(out / "gradients.npz") as archive:
+    with np.load(out / "tensor_gradients.npz") as archive:  # the Grad column: tensor hooks
         assert set(archive.files) == {"layer1.0.conv1", "layer4.1.conv2"}
+    assert not (out / "gradients.npz").exists()  # no full backward hook's grad_output was ticked
     np.testing.assert_array_equal(np.load(out / "input.npy"), space.last.result.input.numpy())
     png = Image.open(out / "png" / "forward" / "layer1.0.conv1.png")
     assert png.size == (8 * 57 - 1, 8 * 57 - 1)

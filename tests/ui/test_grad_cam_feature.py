@@ -37,8 +37,9 @@ def test_it_ticks_what_it_needs_and_follows_every_run_and_the_target(grad_cam, w
     dock.setVisible(False)
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         host.module_menu(PATH).actions()[-1].trigger()
-        assert workspace.is_ticked(PATH, "forward") and workspace.is_ticked(PATH, "backward")
-        assert len(module._forward_hooks) == 1 and module._backward_hooks  # real hooks, at once
+        assert workspace.is_ticked(PATH, "forward") and workspace.is_ticked(PATH, "tensor")  # Act and Grad
+        # real hooks, at once: Act's forward hook, and the forward hook that puts Grad's tensor hook on the output
+        assert len(module._forward_hooks) == 2 and not module._backward_hooks
         assert "waiting" in grad_cam.title.text()
     assert not dock.isHidden()
     assert "ticked" in grad_cam.note.text() and PATH in grad_cam.note.text()

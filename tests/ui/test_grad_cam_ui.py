@@ -24,7 +24,7 @@ def test_grad_cam_ticks_what_it_needs_and_overlays_the_input(window: MainWindow,
     assert not workspace.registry.has(path, "forward")
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         assert view.show_module(path)
-        assert workspace.registry.has(path, "forward") and workspace.registry.has(path, "backward")  # ticked for it
+        assert workspace.registry.has(path, "forward") and workspace.registry.has(path, "tensor")  # ticked for it
     assert "ticked" in view.note.text() and path in view.note.text()
     assert view.dock.isVisible()
     assert ("forward", path) in window.panel_area.panels  # the panels follow the ticks

@@ -120,7 +120,7 @@ def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_he
     assert host.notice_rows == [banner.banner] and banner.text == ""
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         load(workspace, model_py, "nan_weights")
-        workspace.set_ticked([("conv", "backward")], True)
+        workspace.set_ticked([("conv", "tensor")], True)  # the Grad column
     text = banner.text
     assert text.startswith("NaN or inf: the model's output holds NaN in all of 10 values")
     assert "its weights hold NaN or inf (fc.weight: NaN in all of 40 values)" in text
@@ -128,7 +128,7 @@ def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_he
 
     from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
-    gradient = next(p for p in workspace.last.pictures if (p.path, p.kind) == ("conv", "backward"))
+    gradient = next(p for p in workspace.last.pictures if (p.path, p.kind) == ("conv", "tensor"))
     assert gradient.flat  # NaN drawn as 0 everywhere: the case that used to read "an untrained model"
     said = FeatureMapPanel._flat_text(gradient)
     assert said.startswith("NaN in all of") and "zero-initialised" not in said
@@ -144,7 +144,7 @@ def test_an_all_zero_gradient_still_reads_as_before() -> None:
     from app.core.pictures import PanelSettings, picture_of
     from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
-    record = Record("fc", "backward", 0, "", "Tensor.register_hook", torch.zeros(1, 4, 3, 3))
+    record = Record("fc", "tensor", 0, "", "Tensor.register_hook", torch.zeros(1, 4, 3, 3))
     picture = picture_of(record, PanelSettings())
     assert picture.flat and FeatureMapPanel._flat_text(picture).startswith("Every gradient here is 0")
 

@@ -17,7 +17,7 @@ from app.core.pictures import PanelSettings
 from app.ui.features.image_b import VIEW_MENU, ImageBFeature
 
 RUN_TIMEOUT_MS = 120_000
-PAIRS = {("layer1.0.conv1", "forward"), ("layer1.0.conv1", "backward")}
+PAIRS = {("layer1.0.conv1", "forward"), ("layer1.0.conv1", "tensor")}
 
 
 @pytest.fixture

@@ -157,7 +157,7 @@ def test_a_mix_edit_whose_other_image_fails_is_switched_off_and_the_run_repeats(
     assert edit_id in feature.failed and "other.png" in feature.failed[edit_id]
     ((_, on, description, _),) = feature.rows()
     assert on is False and description.endswith("— failed")
-    assert forward_hooks(workspace) == 1  # only the tick's capture hook
+    assert forward_hooks(workspace) == 2  # only the ticks' capture hooks: Act, and Grad's tensor hook put there
     np.testing.assert_array_equal(activations(workspace), original)
 
     # Switched on again by hand, it is no longer marked failed (and fails, and is switched off, again).
@@ -212,7 +212,7 @@ def test_remove_all_removes_every_edit_and_its_hooks(feature, workspace, qtbot) 
     assert workspace.registry.edits() == [] and feature.rows() == []
     assert workspace.registry.handle_count() == handles
     assert not workspace.registry.module("layer4.1.conv2")._forward_hooks
-    assert workspace.ticked_pairs() == {(PATH, "forward"), (PATH, "backward")}  # the ticks stay
+    assert workspace.ticked_pairs() == {(PATH, "forward"), (PATH, "tensor")}  # the ticks stay
 
 
 def test_edits_and_their_failed_marks_move_with_a_device_change(feature, workspace, qtbot, monkeypatch) -> None:

@@ -139,9 +139,9 @@ def test_removing_one_edit_removes_its_hook_and_nothing_else(window: MainWindow,
     assert [edit_id for edit_id, _, _ in window.workspace.registry.edits()] == [keep_id]
     assert window.workspace.ticked_pairs() == {
         (PATH, "forward"),
-        (PATH, "backward"),
+        (PATH, "tensor"),
         ("layer4.1.conv2", "forward"),
-        ("layer4.1.conv2", "backward"),
+        ("layer4.1.conv2", "tensor"),
     }
     kept = window.panel_area.panels[("forward", PATH)].picture.channels.data
     assert kept[:2].any() and not kept[2:].any()
@@ -220,7 +220,7 @@ def test_an_edit_that_fails_in_the_run_is_switched_off_and_the_run_repeats_witho
     assert edit_id in interventions(window).failed
     (row,) = interventions(window).rows()
     assert row[1] is False and row[2].endswith("— failed")
-    assert forward_hooks(window) == 1  # only the tick's capture hook
+    assert forward_hooks(window) == 2  # only the ticks' capture hooks: Act, and Grad's tensor hook put there
     assert_same(original, records(window))
 
 
@@ -250,7 +250,7 @@ def test_edits_move_with_the_ticks_when_the_device_changes(window: MainWindow, q
         ("zero:layer1.0.conv1:2", True),
         ("scale:layer3:3", False),
     ]
-    assert forward_hooks(window) == 2 and not window.workspace.loaded.module.get_submodule("layer3")._forward_hooks
+    assert forward_hooks(window) == 3 and not window.workspace.loaded.module.get_submodule("layer3")._forward_hooks
     assert [row[1:] for row in interventions(window).rows()] == [
         (True, "Switch off channel 2 of layer1.0.conv1's output", "zero:layer1.0.conv1:2"),
         (False, "Scale layer3's output by 3", "scale:layer3:3"),

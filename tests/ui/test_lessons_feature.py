@@ -8,7 +8,7 @@ import pytest
 import torch
 from PySide6.QtWidgets import QApplication
 
-from app.core.hooks import FALLBACK
+from app.core.hooks import TENSOR
 from app.core.interventions import Intervention
 from app.core.lessons import LESSONS
 from app.ui.features.lessons import DOCK_ID, SHOW_ACTION, LessonsFeature
@@ -101,17 +101,18 @@ def test_closing_the_dock_leaves_the_lesson(lessons, workspace, host, qtbot):
     qtbot.waitUntil(lambda: lessons.result is not None, timeout=RUN_TIMEOUT_MS)
     settle(lessons, workspace, qtbot)
     assert lessons.result.ok, lessons.result.claim
-    # Hookscope's fix is visible as the Gradients tick on bn1, which the registry turned into a tensor hook
-    info = next(i for i in workspace.registry.handles() if (i.path, i.kind) == ("bn1", "backward"))
-    assert info.method == FALLBACK
+    # Hookscope's fix is visible as the Grad tick on bn1: a tensor hook on its output, which the in-place ReLU
+    # after it cannot break
+    info = next(i for i in workspace.registry.handles() if (i.path, i.kind) == ("bn1", "tensor"))
+    assert info.method == TENSOR
     assert [lessons.table.item(0, c).text() for c in range(3)][1] == "0"  # the overwritten capture: min 0.0
 
     dock = host.docks[DOCK_ID]
     dock.setFloating(True)  # hides and shows the dock again: not a close, the lesson stays
     dock.setFloating(False)
-    assert lessons.ticked == [("bn1", "forward"), ("bn1", "backward")]
+    assert lessons.ticked == [("bn1", "forward"), ("bn1", "tensor")]
     dock.close()
-    assert lessons.ticked == [] and not workspace.registry.has("bn1", "backward")
+    assert lessons.ticked == [] and not workspace.registry.has("bn1", "tensor")
     settle(lessons, workspace, qtbot)
     assert hooks_on(model) == before
 

@@ -1,4 +1,5 @@
-"""The page of record panels on real screens: one card per module with its kinds side by side (In | Act | Grad),
+"""The page of record panels on real screens: one card per module with its kinds side by side (In | Act | Grad |
+Grad in),
 stacked where the page is narrow, nothing out of reach, the wheel scrolling the page, a colour legend per panel.
 
 Real panels (offscreen) over pictures of real captures of torchvision's ResNet-18 (untrained weights).
@@ -28,10 +29,11 @@ from app.ui.widgets.panel_area import PanelArea
 PAIRS = {
     ("layer1.0.conv1", "pre"),
     ("layer1.0.conv1", "forward"),
-    ("layer1.0.conv1", "backward"),
+    ("layer1.0.conv1", "tensor"),  # the Grad column
+    ("layer1.0.conv1", "grad_input"),  # the Grad in column
     ("layer1.0.relu", "forward"),  # called twice per forward: records layer1.0.relu and layer1.0.relu#1
     ("layer4.1.conv2", "forward"),
-    ("layer4.1.conv2", "backward"),
+    ("layer4.1.conv2", "tensor"),
     ("avgpool", "forward"),  # 512x1x1: a bar plot
 }
 
@@ -106,16 +108,16 @@ def test_a_wide_page_shows_one_card_per_module_with_its_kinds_side_by_side_in_tr
     conv = card_of(area, "layer1.0.conv1")
     assert not conv.stacked
     panels = conv.panels()
-    assert [p.kind for p in panels] == ["pre", "forward", "backward"]  # In | Act | Grad
+    assert [p.kind for p in panels] == ["pre", "forward", "tensor", "grad_input"]  # In | Act | Grad | Grad in
     assert all(p.parentWidget() is conv for p in panels)
     rects = [page_rect(area, p) for p in panels]
     assert len({r.top() for r in rects}) == 1  # one row
-    assert rects[0].right() < rects[1].left() and rects[1].right() < rects[2].left()  # left to right
+    assert all(a.right() < b.left() for a, b in zip(rects, rects[1:]))  # left to right
     relu = card_of(area, "layer1.0.relu")
     assert [p.key for p in relu.panels()] == ["layer1.0.relu", "layer1.0.relu#1"]  # both calls in one card
     assert [p._title.text() for p in relu.panels()] == ["", "#1"]  # the card says the path; a panel its call
     grads = card_of(area, "layer4.1.conv2").panels()
-    assert [p.kind for p in grads] == ["forward", "backward"]
+    assert [p.kind for p in grads] == ["forward", "tensor"]
     # cards follow the tree: the conv card comes before (above, or left of) the relu card
     assert page_rect(area, conv).top() <= page_rect(area, relu).top()
     assert page_rect(area, relu).top() < page_rect(area, card_of(area, "layer4.1.conv2")).top() or (
@@ -128,14 +130,14 @@ def test_a_narrow_page_stacks_the_kinds_in_the_card_and_a_wider_one_puts_them_ba
     conv = card_of(area, "layer1.0.conv1")
     assert conv.stacked
     rects = [page_rect(area, p) for p in conv.panels()]
-    assert [p.kind for p in conv.panels()] == ["pre", "forward", "backward"]
-    assert len({r.left() for r in rects}) == 1  # one column, In above Act above Grad
-    assert rects[0].bottom() < rects[1].top() and rects[1].bottom() < rects[2].top()
+    assert [p.kind for p in conv.panels()] == ["pre", "forward", "tensor", "grad_input"]
+    assert len({r.left() for r in rects}) == 1  # one column, In above Act above Grad above Grad in
+    assert all(a.bottom() < b.top() for a, b in zip(rects, rects[1:]))
     area.resize(1500, 900)  # re-evaluated on resize
     settle()
     assert not conv.stacked
     rects = [page_rect(area, p) for p in conv.panels()]
-    assert len({r.top() for r in rects}) == 1 and rects[0].right() < rects[1].left() < rects[2].left()
+    assert len({r.top() for r in rects}) == 1 and all(a.right() < b.left() for a, b in zip(rects, rects[1:]))
     area.resize(600, 700)
     settle()
     assert conv.stacked
@@ -149,7 +151,7 @@ def test_every_plot_is_200_px_wide_and_can_be_scrolled_into_full_view(qtbot, cap
     assert page.width() <= viewport.width() + area.horizontalScrollBar().maximum()
     assert page.height() <= viewport.height() + area.verticalScrollBar().maximum()
     panels = list(area.panels.values())
-    assert len(panels) == 8
+    assert len(panels) == 9
     for panel in panels:
         plot = panel.plot_widget()
         assert plot.isVisibleTo(area), (panel.ident, size)
@@ -239,7 +241,7 @@ def test_each_panel_has_a_colour_legend_with_the_range_it_maps(qtbot, captured) 
     dark, light = image.pixelColor(left_x, y), image.pixelColor(left_x + 48, y)
     assert dark.red() == dark.green() == dark.blue() and light.red() > dark.red() + 100  # a grey ramp, dark to light
 
-    gradient = area.panels[("backward", "layer1.0.conv1")]
+    gradient = area.panels[("tensor", "layer1.0.conv1")]
     assert "|grad| 0" in gradient.legend.text()  # magnitudes: from 0
     assert not area.panels[("forward", "avgpool")].legend.isVisibleTo(gradient)  # a bar plot has no colormap
 
@@ -265,8 +267,8 @@ def test_the_toolbar_stays_readable_at_the_least_panel_width(qtbot, captured) ->
     host = QMainWindow()
     qtbot.addWidget(host)
     area = make_area(qtbot, captured, 290, 700, host=host)  # every card stacked: panels at their least width
-    panel = area.panels[("backward", "layer1.0.conv1")]
-    panel.show_views(captured.comparison_views[("backward", "layer1.0.conv1")])  # four drop-downs
+    panel = area.panels[("grad_input", "layer1.0.conv1")]
+    panel.show_views(captured.comparison_views[("grad_input", "layer1.0.conv1")])  # four drop-downs
     settle()
     assert panel.width() <= MIN_PANEL_WIDTH + 20
     assert panel.control_rows == 2
@@ -293,13 +295,13 @@ def test_a_popped_out_panel_leaves_its_card_and_comes_back_to_it(qtbot, captured
     dock = area.pop_out(panel)
     assert dock is not None and dock.widget() is panel and not area.holds(panel)
     assert panel._title.text() == "layer4.1.conv2"  # on its own, the panel says whose it is
-    assert [p.kind for p in card_of(area, "layer4.1.conv2").panels()] == ["backward"]
+    assert [p.kind for p in card_of(area, "layer4.1.conv2").panels()] == ["tensor"]
     dock.close()
     settle()
     assert area.holds(panel)
-    assert [p.kind for p in card_of(area, "layer4.1.conv2").panels()] == ["forward", "backward"]
+    assert [p.kind for p in card_of(area, "layer4.1.conv2").panels()] == ["forward", "tensor"]
     area.remove_pair("layer4.1.conv2", "forward")
-    area.remove_pair("layer4.1.conv2", "backward")
+    area.remove_pair("layer4.1.conv2", "tensor")
     settle()
     assert "layer4.1.conv2" not in [card.path for card in area.cards()]
 
@@ -309,7 +311,7 @@ def test_a_runs_b_views_reach_the_panels_and_the_chosen_view_is_a_panel_setting(
     qtbot.addWidget(area)
     area.resize(1200, 800)
     area.show()
-    pairs = {("layer4.1.conv2", "forward"), ("layer4.1.conv2", "backward")}
+    pairs = {("layer4.1.conv2", "forward"), ("layer4.1.conv2", "tensor")}
     chosen = {pair: PanelSettings(view="diff") for pair in pairs}
     area.show_results(captured.pictures, pairs, lambda p, k: "did not run", chosen.__getitem__,
                       views=captured.comparison_views)

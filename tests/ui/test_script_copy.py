@@ -20,8 +20,10 @@ from app.ui.state.requests import ImageSource
 def test_copy_whole_script_redoes_the_run_on_screen(workspace, host, qtbot, tmp_path):
     inspector = InspectorFeature(workspace, host)
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
-        workspace.set_ticked([("bn1", "backward"), ("fc", "pre"), ("layer4.1.conv2", "tensor"),
-                              ("layer1.0.relu", "forward")], True)
+        # the window's columns: Grad (tensor hooks) and Grad in (grad_input: a full backward hook on layer2.0.conv1,
+        # tensor hooks on the input of bn1, which an in-place ReLU follows)
+        workspace.set_ticked([("bn1", "tensor"), ("bn1", "grad_input"), ("layer2.0.conv1", "grad_input"),
+                              ("fc", "pre"), ("layer4.1.conv2", "tensor"), ("layer1.0.relu", "forward")], True)
         workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
         workspace.set_target(7)
     result = workspace.last.result

@@ -164,7 +164,7 @@ def test_the_channel_view_has_a_button_for_the_channel_it_shows(workspace, host,
     feature = VisualizeFeature(workspace, host)
     assert feature.channel_button in host.channel_rows and not feature.channel_button.isEnabled()
     pictures = {(p.kind, p.path): p for p in workspace.last.pictures}
-    host.open_channel(pictures[("backward", "layer1.0.conv1")], 2)
+    host.open_channel(pictures[("tensor", "layer1.0.conv1")], 2)
     assert not feature.channel_button.isEnabled()  # a gradient's channel: the entry belongs to activations
     host.open_channel(pictures[("forward", "layer1.0.conv1")], 7)
     assert feature.channel_button.isEnabled()

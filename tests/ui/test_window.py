@@ -11,7 +11,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
 from app.core.capture import capture_run
-from app.core.hooks import FALLBACK, HookRegistry
+from app.core.hooks import FALLBACK, GRADIENT_KINDS, TENSOR, HookRegistry
 from app.core.images import read_image
 from app.core.models import load_model
 from app.core.resources import sample_image
@@ -20,16 +20,16 @@ from app.ui.state import scheduler
 from app.ui.state import workspace as workspace_module
 from app.ui.state.rendering import fitted_size
 from app.ui.state.requests import execute_run
-from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, INPUTS
+from app.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, INPUTS, SHAPE
 from app.ui.widgets.panel_area import PANELS_PER_TURN
 
 RUN_TIMEOUT_MS = 120_000
 
 DEFAULT_PAIRS = {
     ("layer1.0.conv1", "forward"),
-    ("layer1.0.conv1", "backward"),
+    ("layer1.0.conv1", "tensor"),
     ("layer4.1.conv2", "forward"),
-    ("layer4.1.conv2", "backward"),
+    ("layer4.1.conv2", "tensor"),
 }
 
 
@@ -66,7 +66,7 @@ def assert_panels_match(window: MainWindow, reference: dict) -> None:
     shown = shown_arrays(window)
     assert set(shown) == set(reference)
     for (kind, key), expected in reference.items():
-        if kind == "backward":
+        if kind in GRADIENT_KINDS:
             expected = np.abs(expected)
         np.testing.assert_allclose(shown[(kind, key)], expected, rtol=1e-4, atol=1e-6, err_msg=f"{kind} {key}")
 
@@ -85,7 +85,7 @@ def test_first_start_shows_the_default_layers_filled(window: MainWindow) -> None
     panels = window.panel_area.panels
     assert set(panels) == {(kind, path) for path, kind in DEFAULT_PAIRS}
     assert panels[("forward", "layer1.0.conv1")].picture.channels.data.shape == (64, 56, 56)
-    assert panels[("backward", "layer4.1.conv2")].picture.channels.data.shape == (512, 7, 7)
+    assert panels[("tensor", "layer4.1.conv2")].picture.channels.data.shape == (512, 7, 7)
     for panel in panels.values():
         mosaic = panel.picture.arrangement.image
         assert mosaic.dtype == np.uint8 and mosaic.ndim == 2 and mosaic.any()
@@ -195,18 +195,21 @@ def test_ticking_and_unticking_adds_and_removes_the_hook_on_the_module(window: M
         assert model.setData(model.index_of(path, ACTIVATIONS), Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)
         assert hook_count(window, path, "_forward_hooks") == forward_before + 1  # at once, before any run
         model.setData(model.index_of(path, GRADIENTS), Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)
-        assert hook_count(window, path, "_backward_hooks") == backward_before + 1
+        assert hook_count(window, path, "_forward_hooks") == forward_before + 2  # Grad: a tensor hook, put there
+        model.setData(model.index_of(path, GRAD_INPUTS), Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)
+        assert hook_count(window, path, "_backward_hooks") == backward_before + 1  # Grad in: a full backward hook
         model.setData(model.index_of(path, INPUTS), Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)
         assert hook_count(window, path, "_forward_pre_hooks") == pre_before + 1
     panels = window.panel_area.panels
     assert panels[("forward", path)].picture.shape == (1, 128, 28, 28)
-    assert panels[("backward", path)].picture.shape == (1, 128, 28, 28)
+    assert panels[("tensor", path)].picture.shape == (1, 128, 28, 28)
+    assert panels[("grad_input", path)].picture.shape == (1, 64, 56, 56)
     assert panels[("pre", path)].picture.shape == (1, 64, 56, 56)
     assert model.data(model.index_of(path, ACTIVATIONS), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
-    assert model.data(model.index_of(path, 6)) == "1×128×28×28"
+    assert model.data(model.index_of(path, SHAPE)) == "1×128×28×28"
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        for column in (ACTIVATIONS, GRADIENTS, INPUTS):
+        for column in (ACTIVATIONS, GRADIENTS, GRAD_INPUTS, INPUTS):
             model.setData(model.index_of(path, column), Qt.CheckState.Unchecked, Qt.ItemDataRole.CheckStateRole)
         assert hook_count(window, path, "_forward_hooks") == forward_before
         assert hook_count(window, path, "_backward_hooks") == backward_before
@@ -216,16 +219,25 @@ def test_ticking_and_unticking_adds_and_removes_the_hook_on_the_module(window: M
     assert window.workspace.ticked_pairs() == DEFAULT_PAIRS
 
 
-def test_gradients_of_a_module_before_an_inplace_relu_use_the_tensor_hook_fallback(window: MainWindow, qtbot) -> None:
+def test_gradients_of_a_module_before_an_inplace_relu(window: MainWindow, qtbot) -> None:
+    """Grad is a tensor hook on the output, which an in-place op after the module cannot break; Grad in falls back to
+    a tensor hook on the input (a full backward hook would raise), and the tree's tooltip says so."""
     path = "layer2.0.bn1"  # followed by ReLU(inplace=True): a full backward hook would raise
     forward_before = hook_count(window, path, "_forward_hooks")
+    pre_before = hook_count(window, path, "_forward_pre_hooks")
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        window.tree_view.click_tick(path, "backward")
+        window.tree_view.click_tick(path, "tensor")
+        window.tree_view.click_tick(path, "grad_input")
     assert hook_count(window, path, "_backward_hooks") == 0
     assert hook_count(window, path, "_forward_hooks") == forward_before + 1
-    tip = window.tree_model.data(window.tree_model.index_of(path, GRADIENTS), Qt.ItemDataRole.ToolTipRole)
+    assert hook_count(window, path, "_forward_pre_hooks") == pre_before + 1
+    model = window.tree_model
+    tip = model.data(model.index_of(path, GRADIENTS), Qt.ItemDataRole.ToolTipRole)
+    assert f"hook: {TENSOR}" in tip and FALLBACK not in tip
+    tip = model.data(model.index_of(path, GRAD_INPUTS), Qt.ItemDataRole.ToolTipRole)
     assert FALLBACK in tip and "in-place" in tip
-    assert window.panel_area.panels[("backward", path)].picture.shape == (1, 128, 28, 28)
+    assert window.panel_area.panels[("tensor", path)].picture.shape == (1, 128, 28, 28)
+    assert window.panel_area.panels[("grad_input", path)].picture.shape == (1, 128, 28, 28)
 
 
 def test_closing_a_panel_unticks_its_hook(window: MainWindow, qtbot) -> None:
@@ -250,10 +262,10 @@ def test_ticking_many_modules_builds_their_panels_a_few_per_turn(window: MainWin
     for path in convs:
         assert window.panel_area.panels[("forward", path)].picture is not None
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):  # unticked before being built: no panel
-        window.tree_model.set_ticked([(p, "backward") for p in convs], True)
-        window.tree_model.set_ticked([(p, "backward") for p in convs[-3:]], False)
-    assert all(("backward", p) not in window.panel_area.panels for p in convs[-3:])
-    assert all(window.panel_area.panels[("backward", p)].picture is not None for p in convs[:-3])
+        window.tree_model.set_ticked([(p, "tensor") for p in convs], True)
+        window.tree_model.set_ticked([(p, "tensor") for p in convs[-3:]], False)
+    assert all(("tensor", p) not in window.panel_area.panels for p in convs[-3:])
+    assert all(window.panel_area.panels[("tensor", p)].picture is not None for p in convs[:-3])
 
 
 def test_tick_every_module_of_a_type_in_one_run(window: MainWindow, qtbot) -> None:
@@ -328,7 +340,7 @@ def test_switching_model_moves_the_ticks_and_leaves_no_hook_on_the_old_model(win
     for module in old.modules():
         assert not module._forward_hooks and not module._backward_hooks and not module._forward_pre_hooks
     assert window.workspace.ticked_pairs() == DEFAULT_PAIRS  # both paths exist in resnet34
-    assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 1
+    assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 2  # Act, and Grad's tensor hook put there
     assert window.panel_area.panels[("forward", "layer4.1.conv2")].picture.shape == (1, 512, 7, 7)
 
 
@@ -348,7 +360,8 @@ def test_switching_model_carries_the_interventions_where_their_module_exists(win
     assert all(not m._forward_hooks for m in old.modules())  # nothing left on the old model
     edits = [(edit.spec, edit.enabled) for _, edit, _ in window.workspace.registry.edits()]
     assert edits == [("zero:layer1.0.conv1:3", True), ("scale:layer4:0.5", False)]  # on or off as they were
-    assert len(window.workspace.loaded.module.get_submodule("layer1.0.conv1")._forward_hooks) == 2  # the tick and the edit
+    # Act, Grad (a tensor hook, put there by a forward hook) and the edit
+    assert len(window.workspace.loaded.module.get_submodule("layer1.0.conv1")._forward_hooks) == 3
     shown = window.panel_area.panels[("forward", "layer1.0.conv1")].picture.channels.data
     assert not shown[3].any() and shown[2].any()  # the carried edit acts on the new model's run
     assert any("resnet34 loaded" in m and "2 interventions carried over" in m for m in messages)
@@ -432,7 +445,7 @@ def test_switching_device_reregisters_the_hooks_and_a_failing_device_keeps_the_r
     window.workspace.set_device("cuda:7")
     assert cleared == [len(DEFAULT_PAIRS)]  # every hook removed first...
     assert window.workspace.ticked_pairs() == DEFAULT_PAIRS  # ...then registered again, on the same live modules
-    assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 1
+    assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 2  # Act and Grad
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS):
         pass
     assert "cuda:7" in window.last_error
@@ -441,7 +454,7 @@ def test_switching_device_reregisters_the_hooks_and_a_failing_device_keeps_the_r
         pass  # the window went back to the CPU (hooks re-registered again) and ran
     assert window.chooser.device_box.currentText() == "cpu" and window.workspace.last.result.device == "cpu"
     assert cleared == [len(DEFAULT_PAIRS)] * 2 and window.workspace.ticked_pairs() == DEFAULT_PAIRS
-    assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 1
+    assert hook_count(window, "layer1.0.conv1", "_forward_hooks") == 2
 
 
 def test_a_broken_first_image_falls_back_to_the_sample(make_window, qtbot, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from conftest import RUN_TIMEOUT_MS
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import QAbstractButton, QLabel, QScrollArea, QWidget
 
-KINDS = ("pre", "forward", "backward")
+KINDS = ("pre", "forward", "tensor", "grad_input")  # the tree's In, Act, Grad and Grad in columns
 MODULES = ("layer1.0.conv1", "layer3.0.conv2")
 
 
@@ -90,7 +90,34 @@ def test_kinds_sit_side_by_side_in_tree_order_when_wide(make_window, qtbot) -> N
     content = window.panel_area.widget()
     for module in MODULES:
         xs = [window.panel_area.panels_of(module, kind)[0].mapTo(content, QPoint(0, 0)).x() for kind in KINDS]
-        assert xs == sorted(xs) and len(set(xs)) == 3, f"{module}: In | Act | Grad not side by side: {xs}"
+        assert xs == sorted(xs) and len(set(xs)) == 4, f"{module}: In | Act | Grad | Grad in not side by side: {xs}"
     first = window.panel_area.panels_of(MODULES[0], "forward")[0].mapTo(content, QPoint(0, 0)).y()
     second = window.panel_area.panels_of(MODULES[1], "forward")[0].mapTo(content, QPoint(0, 0)).y()
     assert first < second  # cards in module-tree order
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1920, 1080)])
+def test_the_trees_tick_columns_fit_the_modules_dock(make_window, qtbot, size) -> None:
+    """In, Act, Grad and Grad in are whole in the Modules dock without scrolling sideways, their titles not cut (Grad
+    in on two lines), and the names keep their least width."""
+    from PySide6.QtCore import Qt
+
+    from app.ui.widgets.module_tree import HEADERS, KIND_COLUMNS, NAME
+    from app.ui.widgets.module_tree_view import NAME_MIN_WIDTH
+
+    window = make_window(remember=False)
+    window.resize(*size)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    qtbot.wait(200)
+    tree = window.tree_view.tree
+    header = tree.header()
+    viewport = tree.viewport().width()
+    assert header.sectionSize(NAME) >= NAME_MIN_WIDTH
+    for column in KIND_COLUMNS.values():
+        right = header.sectionViewportPosition(column) + header.sectionSize(column)
+        assert 0 <= header.sectionViewportPosition(column) and right <= viewport, (HEADERS[column], right, viewport)
+        shown = tree.model().headerData(column, Qt.Orientation.Horizontal)
+        title = max(header.fontMetrics().horizontalAdvance(line) for line in shown.split("\n"))
+        assert header.sectionSize(column) >= title + 6, (HEADERS[column], header.sectionSize(column), title)
+    assert tree.horizontalScrollBar().value() == 0

@@ -14,7 +14,7 @@ from app.core.tree import NOT_RUN_REASON, module_tree, survey
 from app.ui.state.image_queue import ImageQueue, push_recent
 from app.ui.state.requests import default_checks
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
-from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, NAME, SHAPE, ModuleTreeModel
+from app.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, NAME, SHAPE, ModuleTreeModel
 
 
 def record(tensor: torch.Tensor, kind: str = "forward", path: str = "layer") -> Record:
@@ -41,9 +41,10 @@ def test_sorting_by_mean_puts_the_strongest_channel_first() -> None:
 
 def test_gradient_pictures_show_magnitudes_and_pooled_features_become_bars() -> None:
     grad = -torch.arange(8, dtype=torch.float32).reshape(1, 2, 2, 2)
-    picture = picture_of(record(grad, kind="backward"), PanelSettings())
-    assert picture.is_gradient and (picture.channels.data >= 0).all()
-    np.testing.assert_array_equal(picture.channels.data, np.abs(grad[0].numpy()))
+    for kind in ("tensor", "grad_input", "backward"):  # Grad, Grad in, and a full backward hook's grad_output
+        picture = picture_of(record(grad, kind=kind), PanelSettings())
+        assert picture.is_gradient and (picture.channels.data >= 0).all()
+        np.testing.assert_array_equal(picture.channels.data, np.abs(grad[0].numpy()))
     pooled = picture_of(record(torch.randn(1, 512, 1, 1)), PanelSettings(sort="max"))
     assert pooled.channels.kind == "vector" and pooled.channels.data.shape == (512,)
     values = pooled.arrangement.values
@@ -108,9 +109,15 @@ def test_tree_model_asks_for_ticks_reads_them_from_the_registry_and_greys_module
     tree.setData(index, Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)  # ticking twice asks nothing
     assert len(model.conv._forward_hooks) == 1 and len(asked) == 1
 
-    tree.set_ticked([(p, "backward") for p in tree.paths_of_type("Conv2d")], True)
+    tree.set_ticked([(p, "tensor") for p in tree.paths_of_type("Conv2d")], True)
     assert len(asked) == 2 and len(asked[1][0]) == 2  # one request for the batch
     assert tree.data(tree.index_of("conv2", GRADIENTS), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
+    assert len(model.conv2._forward_hooks) == 1 and not model.conv2._backward_hooks  # Grad: a tensor hook
+    assert tree.setData(tree.index_of("conv2", GRAD_INPUTS), Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)
+    assert registry.has("conv2", "grad_input") and model.conv2._backward_hooks  # Grad in: a full backward hook
+    assert tree.data(tree.index_of("conv2", GRAD_INPUTS), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
+    assert [tree.headerData(c, Qt.Orientation.Horizontal) for c in range(tree.columnCount())][1:5] == [
+        "In", "Act", "Grad", "Grad\nin"]  # Grad in on two lines: the four fit a narrow dock
 
     assert tree.data(tree.index_of("unused", NAME), Qt.ItemDataRole.ForegroundRole) is None  # no run yet
     tree.set_survey(survey(model, torch.randn(1, 3, 8, 8)))
@@ -121,7 +128,7 @@ def test_tree_model_asks_for_ticks_reads_them_from_the_registry_and_greys_module
     assert tree.data(tree.index_of("unused", SHAPE)) == "did not run"
 
     tree.setData(index, Qt.CheckState.Unchecked, Qt.ItemDataRole.CheckStateRole)
-    assert len(model.conv._forward_hooks) == 0
+    assert len(model.conv._forward_hooks) == 1  # Act's hook went; Grad's (it puts the tensor hook on) stays
     registry.clear()
 
 

@@ -19,12 +19,15 @@ from app.ui.state.workspace import Workspace
 
 Key = QKeySequence.StandardKey
 HOOKS_HELP = """<b>The hooks behind the ticks</b><br><br>
-<b>Act</b>: <code>register_forward_hook</code> sees a module's output: the feature maps.<br>
 <b>In</b>: <code>register_forward_pre_hook</code> sees what goes into a module.<br>
-<b>Grad</b>: <code>register_full_backward_hook</code> sees the gradient of the target score with respect to the
-module's output, shown as |grad| per channel. Where an in-place operation would make it raise (ResNet's
-<code>bn1</code> before an in-place ReLU), a <code>Tensor.register_hook</code> on the output is used instead; the
-tree's tooltip says which.<br><br>
+<b>Act</b>: <code>register_forward_hook</code> sees a module's output: the feature maps.<br>
+<b>Grad</b>: <code>Tensor.register_hook</code> on the module's output (put there by a forward hook) sees the gradient
+of the target score with respect to that output, shown as |grad| per channel. A tensor hook sits on the tensor
+itself, so it stays exact where an in-place operation follows (ResNet's <code>bn1</code> before an in-place ReLU) and
+it sees a <i>Scale gradient</i> edit on the same module.<br>
+<b>Grad in</b>: <code>register_full_backward_hook</code> sees <code>grad_input</code>, the gradient with respect to
+the module's inputs: only a full backward hook gives it. Where it cannot work (an in-place operation), tensor hooks on
+the input tensors are used instead; the tree's tooltip says which.<br><br>
 Every tick is a real hook on the live model, and every untick removes it. Hooks &gt; Hook inspector lists every
 live handle with the plain PyTorch that registers it."""
 LAST_FOLDER_KEY = "last_image_folder"

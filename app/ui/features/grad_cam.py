@@ -1,10 +1,10 @@
 """The Grad-CAM feature: where in the image one module's activations push the target class, over the input image.
 
-Grad-CAM needs the module's activations (a forward hook) and the gradient of the target with respect to them (a
-full backward hook, or its tensor-hook fallback); ``show_module`` ticks whichever is missing through the workspace,
-as a click in the tree would, and says so. The map is recomputed after every run (``run_grad_cam``), for the
-workspace's target class. "Grad-CAM of <module>" is offered in the module menu and the channel-tile menu for every
-module whose output is spatial.
+Grad-CAM needs the module's activations (a forward hook) and the gradient of the target with respect to them (the
+Grad column's tensor hook on the output; a ``backward`` capture serves too); ``show_module`` ticks whichever is
+missing through the workspace, as a click in the tree would, and says so. The map is recomputed after every run
+(``run_grad_cam``), for the workspace's target class. "Grad-CAM of <module>" is offered in the module menu and the
+channel-tile menu for every module whose output is spatial.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSlider, QVBoxLayout, QWidget
 
 from app.core.cam import has_spatial_output, overlay, run_grad_cam
-from app.core.hooks import OUTPUT_GRADIENT_KINDS
 from app.core.errors import HookscopeError
+from app.core.hooks import OUTPUT_GRADIENT_KINDS
 from app.core.pictures import KIND_LABELS, PanelPicture
 from app.core.resources import colormap_lut
 from app.ui.host import DockSpec, Host
@@ -139,7 +139,7 @@ class GradCamFeature:
         if not registry.has(path, "forward"):
             wanted.append("forward")
         if not any(registry.has(path, kind) for kind in OUTPUT_GRADIENT_KINDS):
-            wanted.append("backward")
+            wanted.append("tensor")  # the Grad column
         ticked = [kind for _, kind, _ in workspace.set_ticked([(path, kind) for kind in wanted], True)]
         self._tick_note = ""
         if ticked:

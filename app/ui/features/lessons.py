@@ -56,6 +56,7 @@ HOOK_NAMES = {
     "forward": "forward hook",
     "pre": "forward pre-hook",
     "backward": "full backward hook",
+    "grad_input": "full backward hook",  # grad_input: only a full backward hook gives it
     "tensor": "tensor hook",
     "all": "every hook",
 }

@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, Signal
 from app.core.capture import check_target
 from app.core.devices import available_devices
 from app.core.errors import DeviceError, HookscopeError, ImageError, RunError
-from app.core.hooks import HookInfo, HookRegistry
+from app.core.hooks import GRADIENT_KINDS, HookInfo, HookRegistry
 from app.core.images import Preprocess
 from app.core.interventions import Intervention
 from app.core.models import DEFAULT_MODEL, LoadedModel
@@ -41,7 +41,7 @@ from app.ui.state.requests import (
 )
 from app.ui.state.scheduler import RunScheduler
 
-CHECK_KINDS = ("forward", "backward")  # what a default or --check tick hooks: activations and gradients
+CHECK_KINDS = ("forward", "tensor")  # what a default or --check tick hooks: the Act and Grad columns
 HookChange = tuple[str, str, bool]  # (path, kind, ticked)
 
 
@@ -550,12 +550,13 @@ class Workspace(QObject):
         survey = self.last.result.survey if self.last is not None else None
         if survey is not None and not survey.run_of(path).ran:
             return f"No record: this module {NOT_RUN_REASON}."
-        if kind in ("backward", "tensor"):
+        if kind in GRADIENT_KINDS:
+            where = "input" if kind == "grad_input" else "output"
             missing = self.last.result.no_gradient if self.last is not None else []
             why = [m.reason for m in missing if (m.path, m.kind) == (path, kind)]
             if why:
-                return f"No record: no gradient reached this module's output: {why[0]}."
-            return "No record: no gradient reached this module's output on the way to the target."
+                return f"No record: no gradient reached this module's {where}: {why[0]}."
+            return f"No record: no gradient reached this module's {where} on the way to the target."
         if kind == "pre":
             return "No record: this module received no tensor input."
         return "No record: the hook saw no tensor in the last run."

@@ -53,14 +53,15 @@ SCALING_LABELS = {"channel": "per channel", "shared": "shared"}
 KIND_TIPS = {
     "pre": "What goes into the module (register_forward_pre_hook)",
     "forward": "The module's output (register_forward_hook)",
-    "backward": "|d target / d output| per channel (register_full_backward_hook, or a tensor hook)",
-    "tensor": "|grad| of the output via Tensor.register_hook",
+    "tensor": "|d target / d output| per channel (Tensor.register_hook on the output: exact after in-place ops)",
+    "backward": "|d target / d output| per channel (register_full_backward_hook's grad_output, or a tensor hook)",
+    "grad_input": "|d target / d input| per channel (register_full_backward_hook's grad_input)",
 }
 
 
 def sort_labels(kind: str, dataset: bool = False) -> dict[str, str]:
     """The order choices; ``dataset``: a scan of a folder covers the module ("by dataset mean")."""
-    what = "|grad|" if kind in ("backward", "tensor") else "value"
+    what = "|grad|" if kind in ("backward", "tensor", "grad_input") else "value"
     labels = {"none": "channel order", "mean": f"by mean {what}", "max": f"by max {what}", "diff": "by |A − B|"}
     return {**labels, "dataset": "by dataset mean"} if dataset else labels
 

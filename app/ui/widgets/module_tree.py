@@ -22,17 +22,22 @@ from PySide6.QtGui import QBrush, QColor, QFont
 
 from app.core.hooks import FALLBACK, HookRegistry
 from app.core.pictures import KIND_LABELS, shape_text
+from app.core.snippets import kind_hook
 from app.core.tree import NOT_RUN_REASON, ModelSurvey, ModuleInfo
 
-# The tick columns in the order the panels show the kinds: what goes in, what comes out, its gradient.
-NAME, INPUTS, ACTIVATIONS, GRADIENTS, TYPE, PARAMS, SHAPE = range(7)
-TICK_KINDS: dict[int, str] = {ACTIVATIONS: "forward", INPUTS: "pre", GRADIENTS: "backward"}
+# The tick columns in the order the panels show the kinds: what goes in, what comes out, the gradient of what comes
+# out, the gradient of what goes in.
+NAME, INPUTS, ACTIVATIONS, GRADIENTS, GRAD_INPUTS, TYPE, PARAMS, SHAPE = range(8)
+# Grad is a tensor hook on the output (exact after in-place ops and under a scale-grad edit on the same module);
+# register_full_backward_hook is kept for what only it gives: grad_input, the Grad in column. (The "backward" kind,
+# a full backward hook's grad_output, stays for the command line's --hooks; sessions that ticked it open as Grad.)
+TICK_KINDS: dict[int, str] = {INPUTS: "pre", ACTIVATIONS: "forward", GRADIENTS: "tensor", GRAD_INPUTS: "grad_input"}
 KIND_COLUMNS: dict[str, int] = {kind: column for column, kind in TICK_KINDS.items()}
-HEADERS = ("Module", "In", "Act", "Grad", "Type", "Params", "Output shape")
+HEADERS = ("Module", "In", "Act", "Grad", "Grad in", "Type", "Params", "Output shape")
+# "Grad in" drawn on two lines: four tick columns and 90 px of names fit the Modules dock of a 1024 px window.
+HEADER_TEXTS = tuple(text.replace(" ", "\n") if column == GRAD_INPUTS else text for column, text in enumerate(HEADERS))
 HEADER_TIPS = {
-    ACTIVATIONS: "Activations: the module's output, via register_forward_hook",
-    INPUTS: "Inputs: what goes into the module, via register_forward_pre_hook",
-    GRADIENTS: "Gradients: d target / d output, via register_full_backward_hook (or a tensor hook where it cannot work)",
+    **{column: f"{HEADERS[column]}: {kind_hook(kind)}" for column, kind in TICK_KINDS.items()},
     SHAPE: "Output shape in the last run (batch first)",
 }
 NOT_RUN_COLOR = QColor(128, 132, 140)
@@ -211,7 +216,7 @@ class ModuleTreeModel(QAbstractItemModel):
         if orientation != Qt.Orientation.Horizontal:
             return None
         if role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
+            return HEADER_TEXTS[section]
         if role == Qt.ItemDataRole.ToolTipRole:
             return HEADER_TIPS.get(section)
         return None
@@ -295,7 +300,8 @@ class ModuleTreeModel(QAbstractItemModel):
                 if info.method == FALLBACK and info.note:
                     lines.append(info.note)
             else:
-                lines.append(f"Tick to hook its {KIND_LABELS[kind].lower()}")
+                method = kind_hook(kind).split(":", 1)[0]  # the hook a tick registers; the header says why
+                lines.append(f"Tick to hook its {KIND_LABELS[kind].lower()} ({method})")
         if column == SHAPE and self._survey is not None and self._survey.run_of(node.path).ran:
             run = self._survey.run_of(node.path)
             lines.append(f"Output in the last run ({run.calls} call{'s' if run.calls > 1 else ''}): "

@@ -6,12 +6,9 @@ from collections.abc import Iterable
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTreeView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QStyle, QTreeView, QVBoxLayout, QWidget
 
 from app.ui.widgets.module_tree import (
-    ACTIVATIONS,
-    GRADIENTS,
-    INPUTS,
     KIND_COLUMNS,
     NAME,
     PARAMS,
@@ -20,6 +17,8 @@ from app.ui.widgets.module_tree import (
     ModuleFilterProxy,
     ModuleTreeModel,
 )
+
+NAME_MIN_WIDTH = 90  # the module names never narrower, however narrow the dock
 
 
 class ModuleTreeView(QWidget):
@@ -47,9 +46,15 @@ class ModuleTreeView(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for column, width in ((NAME, 150), (INPUTS, 30), (ACTIVATIONS, 34), (GRADIENTS, 38), (TYPE, 104),
-                              (PARAMS, 50), (SHAPE, 110)):
+        for column, width in ((NAME, 150), (TYPE, 104), (PARAMS, 50), (SHAPE, 110)):
             header.resizeSection(column, width)
+        # The tick columns as narrow as their titles and check boxes allow, in whatever font ("Grad in" is on two
+        # lines), so that in a 1024 px window the names keep 90 px beside all four.
+        header.setMinimumSectionSize(16)
+        check = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_IndicatorWidth, None, self.tree) + 6  # the box
+        for column in KIND_COLUMNS.values():
+            self.tree.resizeColumnToContents(column)
+            header.resizeSection(column, max(header.sectionSize(column), check))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.filter_box)
@@ -92,9 +97,13 @@ class ModuleTreeView(QWidget):
         """The name column as wide as its names, but never so wide that the tick columns leave a narrow dock."""
         self.tree.resizeColumnToContents(NAME)
         header = self.tree.header()
-        ticks = sum(header.sectionSize(column) for column in (INPUTS, ACTIVATIONS, GRADIENTS))
-        room = max(100, self.tree.viewport().width() - ticks - 4)
-        header.resizeSection(NAME, min(max(header.sectionSize(NAME), 100), 300, room))
+        ticks = sum(header.sectionSize(column) for column in KIND_COLUMNS.values())
+        # The viewport less the vertical scroll bar whether it shows yet or not: expanding the tree brings the bar
+        # only after this runs, and would push the last tick column out of view.
+        bar = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self.tree)
+        width = self.tree.maximumViewportSize().width() - bar
+        room = max(NAME_MIN_WIDTH, width - ticks - 4)
+        header.resizeSection(NAME, min(max(header.sectionSize(NAME), NAME_MIN_WIDTH), 300, room))
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

@@ -1,9 +1,10 @@
 """The central page of record panels: one card per ticked module, in module-tree order.
 
-A card holds its module's panels with the hook kinds side by side (In | Act | Grad), one row per record (a module
-called twice, or one with a structured output, has several); where the page is too narrow for the kinds side by
-side at ``MIN_PANEL_WIDTH``, they stack inside the card. Cards of few kinds flow several to a row on a wide page.
-Nothing is clipped: the page scrolls vertically, and horizontally when it is narrower than one panel.
+A card holds its module's panels with the hook kinds side by side (In | Act | Grad | Grad in: ``KIND_ORDER``), one
+row per record (a module called twice, or one with a structured output, has several); where the page is too narrow
+for the kinds side by side at ``MIN_PANEL_WIDTH``, they stack inside the card. Cards of few kinds flow several to a
+row on a wide page. Nothing is clipped: the page scrolls vertically, and horizontally when it is narrower than one
+panel.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ PAGE_MARGIN = 6
 MAX_HEIGHT = 16777215  # QWIDGETSIZE_MAX
 PANELS_PER_TURN = 2  # panels built per turn of the event loop after a tick
 EMPTY_HINT = (
-    "Tick a module in the tree (Act = activations, In = inputs, Grad = gradients)\n"
-    "to see what it computes. Drop image files anywhere on the window."
+    "Tick a module in the tree (In = inputs, Act = activations, Grad = gradient of the output,\n"
+    "Grad in = gradient of the input) to see what it computes. Drop image files anywhere on the window."
 )
 
 
 class ModuleCard(QFrame):
     """One ticked module: its path, and its panels in a grid (a row per record, a column per kind in the order
-    In | Act | Grad), or stacked one above the other when the page is narrow.
+    In | Act | Grad | Grad in), or stacked one above the other when the page is narrow.
 
     A module with several records (called twice, or a structured output) puts ``per_line`` records side by side
     where the page has room, so that its card is as tall as its neighbours."""
@@ -82,7 +83,7 @@ class ModuleCard(QFrame):
         return 1 if self.stacked else max(1, self.kinds * self.per_line)
 
     def panels(self) -> list[FeatureMapPanel]:
-        """Its panels in reading order: row by row, In | Act | Grad."""
+        """Its panels in reading order: row by row, In | Act | Grad | Grad in."""
         return [panel for row in self.rows for panel in row if panel is not None]
 
     @staticmethod
