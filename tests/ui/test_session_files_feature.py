@@ -17,10 +17,12 @@ import torchvision
 from fakes import FakeHost
 from PySide6.QtGui import QKeySequence
 
+from app.core.hooks import TENSOR
 from app.core.interventions import parse_edit
 from app.core.pictures import PanelSettings
 from app.core.pipeline import ModelSource, open_model
-from app.core.session import file_sha256, load_session
+from app.core.resources import sample_image
+from app.core.session import file_sha256, load_session, panels_ui, save_session, session_from
 from app.ui.features.session_files import SessionFilesFeature
 from app.ui.state.requests import ImageSource
 from app.ui.state.workspace import Workspace
@@ -68,7 +70,8 @@ def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(fe
         workspace.select_image(1)
         workspace.set_image_b(ImageSource.from_path(photos[2]))
         workspace.tick("layer2.0.conv1", "pre")
-        workspace.tick("layer1.0.conv1", "backward", False)
+        workspace.tick("layer1.0.conv1", "tensor", False)
+        workspace.tick("layer2.0.conv1", "grad_input")
         assert workspace.add_edit(parse_edit("zero:layer1.0.conv1:3,5")) is not None
         workspace.set_target(281)
     workspace.set_all("scaling", "shared")
@@ -95,8 +98,8 @@ def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(fe
     assert other.ticked_pairs() == workspace.ticked_pairs()
     for pair in workspace.ticked_pairs():  # real hooks on the restored model's modules
         module = other.registry.module(pair[0])
-        assert {"pre": module._forward_pre_hooks, "forward": module._forward_hooks,
-                "backward": module._backward_hooks}[pair[1]]
+        assert {"pre": module._forward_pre_hooks, "forward": module._forward_hooks, "tensor": module._forward_hooks,
+                "grad_input": module._backward_hooks}[pair[1]]
     assert edits(other) == ["zero:layer1.0.conv1:3,5"] and other.target == 281
     assert other.image.path == str(photos[1]) and other.queue.paths == [str(photos[0]), str(photos[1])]
     assert other.image_b.path == str(photos[2]) and other.last.comparison is not None
@@ -213,7 +216,7 @@ def test_export_run_writes_the_command_line_layout(feature, workspace, host, qtb
         assert feature.export_run(out)
     assert host.statuses[-1] == f"Run exported to {out}."
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["hook_kinds"] == ["forward", "pre", "backward"]
+    assert manifest["hook_kinds"] == ["forward", "pre", "tensor"]
     assert manifest["model"]["name"] == "resnet18" and manifest["input_shape"] == [1, 3, 224, 224]
     record = next(r for r in workspace.last.result.records if (r.kind, r.key) == ("forward", "layer1.0.conv1"))
     with np.load(out / "activations.npz") as archive:
@@ -236,3 +239,39 @@ def test_export_run_without_results_says_so(host, qtbot) -> None:
         assert host.errors[-1] == "No model is loaded yet: there is no session to save."
     finally:
         space.shutdown()
+
+
+def test_a_session_with_the_old_backward_ticks_opens_with_the_grad_column(feature, workspace, host, qtbot,
+                                                                         tmp_path) -> None:
+    """Before the Grad column was a tensor hook it was a full backward hook ("backward"): such a session opens with
+    the Grad column ("tensor") ticked and that panel's settings carried over, without a problem line; a session that
+    has both ticks on one module gets one Grad tick."""
+    loaded = workspace.loaded
+    hooks = [("layer1.0.conv1", "forward"), ("layer1.0.conv1", "backward"), ("layer3.0.conv2", "backward"),
+             ("layer3.0.conv2", "tensor"), ("layer4.0.conv1", "grad_input")]
+    ui = panels_ui(PanelSettings(), {("layer1.0.conv1", "backward"): PanelSettings("magma", "shared", "max", "A"),
+                                     ("layer3.0.conv2", "backward"): PanelSettings("plasma"),
+                                     ("layer3.0.conv2", "tensor"): PanelSettings("cividis")})
+    path = tmp_path / "old.hookscope.json"
+    save_session(session_from(loaded, hooks, [str(sample_image())], ui=ui), path)
+    assert ["layer1.0.conv1", "backward"] in json.loads(path.read_text())["hooks"]  # as an older window saved it
+
+    with qtbot.waitSignals([feature.restored, workspace.run_applied], timeout=RUN_TIMEOUT_MS):
+        feature.open(path)
+    assert feature.last_problems == []
+    assert workspace.ticked_pairs() == {("layer1.0.conv1", "forward"), ("layer1.0.conv1", "tensor"),
+                                        ("layer3.0.conv2", "tensor"), ("layer4.0.conv1", "grad_input")}
+    assert not any(kind == "backward" for _, kind in workspace.ticked_pairs())
+    assert workspace.settings_for("layer1.0.conv1", "tensor") == PanelSettings("magma", "shared", "max", "A")
+    assert workspace.settings_for("layer3.0.conv2", "tensor").colormap == "cividis"  # its own settings win
+    # the Grad column's hook is a tensor hook (from a forward hook), not a full backward hook
+    infos = {(h.path, h.kind): h for h in workspace.registry.handles()}
+    assert infos[("layer1.0.conv1", "tensor")].method == TENSOR
+    assert not workspace.registry.module("layer1.0.conv1")._backward_hooks
+    assert workspace.registry.module("layer4.0.conv1")._backward_hooks  # Grad in: a full backward hook
+    kinds = {(r.kind, r.key) for r in workspace.last.result.records}
+    assert {("tensor", "layer1.0.conv1"), ("tensor", "layer3.0.conv2"), ("grad_input", "layer4.0.conv1")} <= kinds
+
+    saved = tmp_path / "again.hookscope.json"  # saved again, it says what the window now ticks
+    assert feature.save(saved)
+    assert sorted(map(tuple, json.loads(saved.read_text())["hooks"])) == sorted(workspace.ticked_pairs())

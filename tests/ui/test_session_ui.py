@@ -57,7 +57,8 @@ def test_a_saved_session_reopened_in_a_fresh_window_gives_identical_arrays(windo
         space.open_paths([str(photos[1])])
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         space.tick("layer2.0.conv1", "pre", True)
-        space.tick("layer1.0.conv1", "backward", False)
+        space.tick("layer1.0.conv1", "tensor", False)
+        space.tick("layer2.0.conv1", "grad_input", True)
         space.add_edit(parse_edit("zero:layer4.1.conv2:3,5"))
         space.set_target(281)
     window.panel_area.panels[("forward", "layer4.1.conv2")].choose(colormap="magma", sort="max")
@@ -109,7 +110,7 @@ def test_a_panel_switched_to_a_minus_b_reopens_as_a_minus_b(window, make_window,
     a, b = (next(r for r in result.records if (r.kind, r.key) == ("forward", "layer4.1.conv2"))
             for result in (other.workspace.last.result, other.workspace.last.comparison.result))
     np.testing.assert_array_equal(panel.picture.channels.data, a.tensor[0].numpy() - b.tensor[0].numpy())
-    assert other.panel_area.panels[("backward", "layer4.1.conv2")].view_box.value == "A"  # only that one
+    assert other.panel_area.panels[("tensor", "layer4.1.conv2")].view_box.value == "A"  # only that one
 
 
 def test_a_moved_image_is_reported_and_the_rest_restored(window, make_window, qtbot, tmp_path, photos):

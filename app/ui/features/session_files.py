@@ -52,8 +52,21 @@ from app.ui.words import window_words
 
 SESSION_FOLDER_KEY = "session_folder"
 SESSION_FILTER = f"Hookscope session (*{SESSION_SUFFIX} *.json);;All files (*)"
-WINDOW_KINDS = ("pre", "forward", "backward")  # the tree's In, Act and Grad columns
+# The tree's In, Act, Grad and Grad in columns tick "pre", "forward", "tensor" and "grad_input". The Grad column was
+# a full backward hook ("backward") until it became a tensor hook on the output ("tensor"). Both record the gradient
+# of the module's output (they differ only under a scale-grad edit on the same module, which the tensor hook sees),
+# so a session saved with a "backward" tick, by an older window or by `hookscope export --hooks backward`, opens with
+# the Grad column ticked and that panel's settings carried over, without a problem line.
+WINDOW_KIND_OF = {"backward": "tensor"}
 KEPT_MODEL = "The model on screen was kept."
+
+
+def window_panels(panels: dict[tuple[str, str], Any]) -> dict[tuple[str, str], Any]:
+    """A session's panel settings keyed by the window's kinds: a "backward" panel's settings go to the Grad column's
+    "tensor" panel (``WINDOW_KIND_OF``), unless the session has settings of its own for that one."""
+    moved = {(path, WINDOW_KIND_OF[kind]): s for (path, kind), s in panels.items() if kind in WINDOW_KIND_OF}
+    kept = {pair: s for pair, s in panels.items() if pair[1] not in WINDOW_KIND_OF}
+    return {**moved, **kept}
 
 
 def is_session_file(path: str | os.PathLike) -> bool:
@@ -254,6 +267,7 @@ class SessionFilesFeature(QObject):
             return
         default, panels, lines = session_panel_settings(session)
         problems += lines
+        panels = window_panels(panels)
         space.apply_panel_settings(default, panels)  # first: panels made for the ticks below are drawn so
 
         known = set(registry.paths)
@@ -262,10 +276,9 @@ class SessionFilesFeature(QObject):
             if path not in known:
                 problems.append(f"The model has no module '{path}'; its {kind} hook was not restored.")
                 continue
-            if kind not in WINDOW_KINDS:  # a tensor hook (hookscope export): the window's Grad column shows it
-                problems.append(f"'{path}': the window shows tensor-hook gradients as Gradients; ticked those.")
-                kind = "backward"
-            wanted.append((path, kind))
+            kind = WINDOW_KIND_OF.get(kind, kind)
+            if (path, kind) not in wanted:  # a session with both a backward and a tensor tick: one Grad tick
+                wanted.append((path, kind))
         space.set_ticked(sorted(space.ticked_pairs() - set(wanted)), False)
         space.set_ticked(wanted, True)
 
