@@ -12,7 +12,17 @@ from app.core.hooks import FALLBACK, HookInfo
 from app.core.interventions import Intervention
 from app.core.script_export import standalone_script
 from app.core.snippets import snippet_for
-from app.ui.features.inspector import DOCK_ID, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
+from app.ui.features.inspector import (
+    DOCK_ID,
+    KIND,
+    METHOD,
+    MODULE,
+    NOTE,
+    REMOVE,
+    ROLE,
+    SHOW_ACTION,
+    InspectorFeature,
+)
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer1.0.conv1"  # ticked for activations and gradients by the workspace fixture
@@ -53,7 +63,7 @@ def test_it_counts_the_live_handles_and_copies_each_hooks_code(inspector, worksp
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         workspace.add_edit(Intervention("zero", PATH, channels=(3,)))
         assert inspector.count_label.text() == "3 live hooks"  # at once: the inspector follows every change
-        workspace.tick("layer2.0.bn1", "backward")  # followed by an in-place ReLU: the engine falls back
+        workspace.tick("layer2.0.bn1", "grad_input")  # followed by an in-place ReLU: the engine falls back
     assert inspector.count_label.text() == f"{registry.handle_count()} live hooks" == "4 live hooks"
     assert [info_at(inspector, row) for row in range(inspector.table.rowCount())] == registry.live_hooks()
 
@@ -68,12 +78,15 @@ def test_it_counts_the_live_handles_and_copies_each_hooks_code(inspector, worksp
     assert QApplication.clipboard().text() == expected
 
     # The fallback row names the method and says why, in one sentence.
-    row = row_of(inspector, "layer2.0.bn1", "backward")
+    row = row_of(inspector, "layer2.0.bn1", "grad_input")
     info = info_at(inspector, row)
     assert info.method == FALLBACK and inspector.table.item(row, METHOD).text() == FALLBACK
     assert inspector.table.item(row, NOTE).text() == info.note and "in-place" in info.note
     inspector.table.selectRow(row)
     assert inspector.note.isVisibleTo(inspector.widget) and inspector.note.text() == info.note
+    # which tick registered it, and why that PyTorch hook (the Kind cell's tooltip says the same)
+    assert inspector.why.text().startswith("The Grad in tick: register_full_backward_hook: grad_input")
+    assert inspector.table.item(row, KIND).toolTip() == inspector.why.text()
 
     qtbot.mouseClick(inspector.copy_all_button, Qt.MouseButton.LeftButton)
     script = QApplication.clipboard().text()
@@ -91,7 +104,7 @@ def test_remove_one_unticks_it_and_remove_all_leaves_no_hook(inspector, workspac
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(inspector.table.cellWidget(row, REMOVE), Qt.MouseButton.LeftButton)
     assert len(conv._forward_hooks) == before - 1
-    assert workspace.ticked_pairs() == {(PATH, "backward")}  # an untick: the tree and the panels follow
+    assert workspace.ticked_pairs() == {(PATH, "tensor")}  # an untick: the tree and the panels follow
     assert inspector.count_label.text() == "1 live hook"
 
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):

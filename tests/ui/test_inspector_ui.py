@@ -11,7 +11,7 @@ from app.core.hooks import FALLBACK, HookInfo
 from app.core.interventions import Intervention
 from app.core.script_export import standalone_script
 from app.core.snippets import snippet_for
-from app.ui.features.inspector import METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
+from app.ui.features.inspector import KIND, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
 from app.ui.main_window import MainWindow
 from app.ui.widgets.module_tree import KIND_COLUMNS, ModuleTreeModel
 
@@ -48,7 +48,7 @@ def test_the_inspector_counts_the_live_handles_and_copies_each_hooks_code(window
     with qtbot.waitSignal(window.workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         window.workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
         assert inspector.count_label.text() == "5 live hooks"  # at once: the inspector follows every change
-        window.workspace.tick("layer2.0.bn1", "backward")  # followed by an in-place ReLU: the engine falls back
+        window.workspace.tick("layer2.0.bn1", "grad_input")  # followed by an in-place ReLU: the engine falls back
     assert inspector.count_label.text() == f"{registry.handle_count()} live hooks" == "6 live hooks"
     assert [info_at(window, row) for row in range(inspector.table.rowCount())] == registry.live_hooks()
 
@@ -63,12 +63,15 @@ def test_the_inspector_counts_the_live_handles_and_copies_each_hooks_code(window
     assert QApplication.clipboard().text() == expected
 
     # The fallback row names the method and says why, in one sentence.
-    row = row_of(window, "layer2.0.bn1", "backward")
+    row = row_of(window, "layer2.0.bn1", "grad_input")
     info = info_at(window, row)
     assert info.method == FALLBACK and inspector.table.item(row, METHOD).text() == FALLBACK
     assert inspector.table.item(row, NOTE).text() == info.note and "in-place" in info.note
     inspector.table.selectRow(row)
     assert inspector.note.isVisibleTo(inspector.widget) and inspector.note.text() == info.note
+    # which tick registered it, and why that PyTorch hook (the Kind cell's tooltip says the same)
+    assert inspector.why.text().startswith("The Grad in tick: register_full_backward_hook: grad_input")
+    assert inspector.table.item(row, KIND).toolTip() == inspector.why.text()
     assert inspector.code.toPlainText() == snippet_for(registry, info)
 
     qtbot.mouseClick(inspector.copy_all_button, Qt.MouseButton.LeftButton)

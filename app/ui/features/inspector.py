@@ -1,7 +1,9 @@
 """The hook inspector feature: every live hook handle on the model, and the plain PyTorch that registers it.
 
 It lists ``registry.live_hooks()`` (module, kind, the PyTorch method, whether it reads or edits, and the engine's
-note where it used a fallback), counts the handles, removes one hook or all of them through the workspace (an
+note where it used a fallback), says for the selected hook which tree column registered it and why that PyTorch
+hook (``app.core.snippets.KIND_HOOKS``: Grad is a tensor hook on the output, Grad in the full backward hook that
+alone gives grad_input), counts the handles, removes one hook or all of them through the workspace (an
 untick for a capture hook, so the tree and the panels follow), and shows ``snippet_for`` of the selected hook,
 copyable, and **Copy whole script**: ``standalone_script``, a file that runs on its own (the same model, weights, image,
 preprocessing, hooks and edits, forward and backward to the same target): what was done in the window, redone in
@@ -29,11 +31,12 @@ from PySide6.QtWidgets import (
 from app.core.errors import HookscopeError
 from app.core.hooks import FALLBACK, HookInfo
 from app.core.script_export import standalone_script
-from app.core.snippets import snippet_for
+from app.core.snippets import kind_hook, snippet_for
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.workspace import Workspace
 from app.ui.widgets.code_view import code_view, notice_label
+from app.ui.widgets.module_tree import HEADERS, KIND_COLUMNS
 
 FEATURE_ID = "inspector"
 DOCK_ID = "inspector"
@@ -45,6 +48,16 @@ MODULE, KIND, METHOD, ROLE, NOTE, REMOVE = range(len(COLUMNS))
 
 def hook_identity(info: HookInfo) -> tuple[str, str, int | None]:
     return info.path, info.kind, info.edit_id
+
+
+def why_text(info: HookInfo) -> str:
+    """Which tick registered a capture hook and why that PyTorch hook; for an edit, the hook that carries it."""
+    if info.edit_id is not None:
+        return (f"An edit through {info.method}: its hook returns a value, so it changes what flows; registered "
+                "with prepend=True, it runs before the module's capture hooks.")
+    column = KIND_COLUMNS.get(info.kind)
+    tick = f"The {HEADERS[column]} tick" if column is not None else f"A {info.kind} hook (not a column of the tree)"
+    return f"{tick}: {kind_hook(info.kind)}."
 
 
 class InspectorFeature:
@@ -88,6 +101,9 @@ class InspectorFeature:
         self.table.verticalHeader().setDefaultSectionSize(24)
         self.table.itemSelectionChanged.connect(self._show_code)
 
+        self.why = QLabel("")
+        self.why.setWordWrap(True)
+        self.why.setToolTip("Which tick registered this hook, and why that PyTorch hook")
         self.note = notice_label()
         self.code = code_view("Select a hook to see the plain PyTorch that registers it.", wrap=True)
         self.copy_button = QPushButton("Copy")
@@ -104,6 +120,7 @@ class InspectorFeature:
         code_box = QWidget()
         code_layout = QVBoxLayout(code_box)
         code_layout.setContentsMargins(0, 0, 0, 0)
+        code_layout.addWidget(self.why)
         code_layout.addWidget(self.note)
         code_layout.addWidget(self.code, 1)
         code_layout.addLayout(buttons)
@@ -184,7 +201,7 @@ class InspectorFeature:
             cells = (info.path or "(model)", info.kind, info.method, info.reads_or_edits, note)
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(text if column != NOTE else note)
+                item.setToolTip(why_text(info) if column in (KIND, METHOD) else text if column != NOTE else note)
                 self.table.setItem(row, column, item)
             if not self.is_external(info):  # a feature's own hook: its feature removes it when its work ends
                 remove = QToolButton()
@@ -224,8 +241,10 @@ class InspectorFeature:
         self.copy_all_button.setEnabled(bool(self.infos))
         if info is None or registry is None:
             self.code.setPlainText("")
+            self.why.setText("")
             self.note.setVisible(False)
             return
+        self.why.setText("" if self.is_external(info) else why_text(info))
         try:
             text = (f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
                     "# runs it and removed when it ends." if self.is_external(info) else snippet_for(registry, info))
