@@ -134,12 +134,10 @@ def channel_ranges(maps: torch.Tensor) -> Ranges:
         zeros = np.zeros(count, dtype=np.float32)
         return zeros, zeros.copy()
     flat = maps.flatten(1)
-    if flat.device.type == "cpu":
-        # torch 2.14's CPU aminmax is about 6x slower than amin and amax apart (two vectorised passes); on a GPU
-        # the one pass of aminmax is the cheaper
-        both = torch.stack((flat.amin(dim=1), flat.amax(dim=1)))
-    else:
+    if flat.device.type == "cuda":  # one pass over the values
         both = torch.stack(torch.aminmax(flat, dim=1))
+    else:  # two passes, but vectorised: torch 2.14's CPU aminmax is about 6x slower than amin and amax apart
+        both = torch.stack((flat.amin(dim=1), flat.amax(dim=1)))
     both = both.cpu().numpy()  # one transfer
     return both[0], both[1]
 
@@ -238,13 +236,14 @@ def _placed(work: torch.Tensor, layout: MosaicLayout) -> np.ndarray:
     device, then moved to the CPU (the cast truncates, as numpy's does)."""
     rows, cols, h, w, pad = layout.rows, layout.cols, layout.tile_h, layout.tile_w, layout.pad
     count = work.shape[0]
-    picture_h, picture_w = mosaic_size(layout)
-    picture = torch.zeros(picture_h * picture_w, dtype=torch.uint8, device=work.device)
-    # a (rows, h, cols, w) window onto the tiles' pixels: each written once, the padding never
-    tiles = picture.as_strided((rows, h, cols, w), ((h + pad) * picture_w, picture_w, w + pad, 1))
+    # Each tile with its padding below and to the right, as (rows, h + pad, cols, w + pad): the tiles' pixels are
+    # a plain slice of it (no as_strided, which not every device's views support), written once each.
+    picture = torch.zeros((rows, h + pad, cols, w + pad), dtype=torch.uint8, device=work.device)
     full = count // cols
     if full:
-        tiles[:full].copy_(work[: full * cols].view(full, cols, h, w).permute(0, 2, 1, 3))
+        picture[:full, :h, :, :w].copy_(work[: full * cols].view(full, cols, h, w).permute(0, 2, 1, 3))
     if count > full * cols:
-        tiles[full, :, : count - full * cols].copy_(work[full * cols :].permute(1, 0, 2))
-    return picture.view(picture_h, picture_w).cpu().numpy()
+        picture[full, :h, : count - full * cols, :w].copy_(work[full * cols :].permute(1, 0, 2))
+    picture_h, picture_w = mosaic_size(layout)  # the last padding row and column are not part of the mosaic
+    cropped = picture.view(rows * (h + pad), cols * (w + pad))[:picture_h, :picture_w]
+    return np.ascontiguousarray(cropped.cpu().numpy())
