@@ -16,6 +16,7 @@ import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Wi
 
 from app import __version__
 from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
+from app.core.allocator import keep_freed_memory
 from app.core.errors import HookscopeError
 from app.core.hooks import KINDS
 
@@ -160,6 +161,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_freed_memory()  # every command, the window too: a run's freed memory serves the next run
     args_list = list(sys.argv[1:] if argv is None else argv)
     gui, export, bench, download = build_parsers()
     if args_list and args_list[0] in SUBCOMMANDS:

@@ -1,0 +1,37 @@
+"""Keep the memory one run frees for the next run (glibc's malloc, on Linux).
+
+A run that keeps every hooked module's output and gradient holds a few hundred MB more than a bare run, and frees
+it all when its result is dropped. By default glibc then gives the top of its heap back to the system (its trim
+threshold adapts to the blocks freed, a few MB), so the next run takes the same memory again page by page: on
+ResNet-50 with every module hooked that is about 160 MB of fresh pages, and brk calls, a run. With the mmap
+threshold fixed at its maximum (32 MiB: blocks below it come from the heap and go back to it) and a trim threshold
+of 1 GiB, a steady run makes no memory system call at all (counted with ``strace -f -e brk,mmap,munmap``). This
+is what PyTorch's own GPU caching allocator does for device memory; the price is that the process keeps up to
+1 GiB of freed heap for reuse instead of returning it.
+
+Elsewhere (macOS, Windows, musl) nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit on 64-bit systems (a larger value is refused)
+TRIM_THRESHOLD = 1024 * 1024 * 1024
+
+
+def keep_freed_memory() -> bool:
+    """Tune glibc's malloc as described above; True when it took the settings."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
