@@ -44,9 +44,8 @@ def test_a_run_is_prepared_without_full_resolution_copies(qapp) -> None:
             assert picture.channels.kind == "vector" and picture.rendered is None
             np.testing.assert_array_equal(picture.arrangement.values, expected.data.reshape(-1))
             continue
-        rendered = picture.rendered
-        height, width = picture.arrangement.size
-        assert rendered is not None and rendered.qimage.width() <= width and rendered.qimage.height() <= height
+        rendered = picture.rendered  # coloured in the worker at about the size shown, whatever the layer's size
+        assert rendered is not None and rendered.qimage.width() < 2 * 300 and rendered.qimage.height() < 2 * 280
         for step in (1, 2, 3):  # the sampled mosaic is the numpy one's at any step
             want = mosaic(expected.data, picture.settings.scaling, order=picture.arrangement.order, step=step)[0]
             np.testing.assert_array_equal(picture.arrangement.sampled(step), want)
