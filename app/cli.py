@@ -92,7 +92,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     _add_model_options(gui, default_weights="default")
     gui.add_argument("--screenshot", metavar="OUT.png", help="save a screenshot of the window after the run and exit")
     gui.add_argument("--check", type=_csv, metavar="PATH,PATH", help="modules to tick (in the --ticks columns)")
-    gui.add_argument("--ticks", metavar="act,in,grad", help="which columns --check ticks (default: act,grad)")
+    gui.add_argument("--ticks", metavar="in,act,grad,gradin", help="which columns --check ticks (default: act,grad)")
     gui.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1366x768 (for --screenshot too)")
     gui.add_argument("--self-test", action="store_true", help="run the app offscreen end to end and report")
     gui.add_argument("--install-desktop-entry", action="store_true",
@@ -110,7 +110,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     export.add_argument("--resume", action="store_true", help="with --images: keep images an earlier run finished")
     export.add_argument("--session", metavar="FILE", help="run a saved session (model, hooks, edits, images) headlessly")
     export.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
-    export.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds: forward,pre,backward,tensor")
+    export.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)")
     export.add_argument("--target", type=_target, default="top1", help="'top1' or a class index for the gradient")
     export.add_argument("--out", default="hookscope-out", help="output folder (default: hookscope-out)")
     export.add_argument("--no-png", action="store_true", help="skip the PNG mosaics")
@@ -137,7 +137,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
         "--batch", action="store_true", help="batch throughput: 'export --images' against bare inference"
     )
     bench.add_argument("--images", type=int, default=100, metavar="N", help="with --batch: images (default: 100)")
-    bench.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds to register per layer")
+    bench.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds to register per layer: forward,pre,backward,tensor,grad_input (default: forward,backward)")
     bench.add_argument("--size", type=int, default=224, help="input size in pixels (default: 224)")
     bench.add_argument("--repeat", type=int, default=10, help="timed pairs (default: 10)")
     bench.add_argument("--scan", action="store_true", help="dataset scan throughput ('hookscope scan') against bare batched inference (--images N of them, 4 spread modules or --layers)")
