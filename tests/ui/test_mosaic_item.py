@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 from PySide6.QtCore import QRectF
+from PySide6.QtGui import QImage, QPainter
 
 from app.core.hooks import Record
-from app.core.pictures import PanelSettings, picture_of
+from app.core.pictures import PanelPicture, PanelSettings, picture_of
 from app.core.resources import colormap_lut
-from app.ui.state.rendering import fitted_size, render_mosaic, rendered_for, with_rendering
+from app.ui.state.rendering import FIT_PADDING, fitted_size, nearest, render_mosaic, rendered_for, with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
 
@@ -32,26 +33,61 @@ def test_a_whole_mosaic_is_coloured_through_its_colormap(qapp) -> None:
         assert rgb(rendered.qimage, x, y) == tuple(int(c) for c in lut[image[y, x]])
 
 
-def test_a_large_mosaic_is_coloured_at_about_the_size_shown(qapp) -> None:
-    picture = picture_of(record(torch.rand(1, 256, 56, 56)), PanelSettings())  # a 911 x 911 mosaic
-    arrangement = picture.arrangement
-    height, width = arrangement.size
-    shown = fitted_size(width, height, (300, 280))
-    rendered = render_mosaic(arrangement, "viridis", fit=(300, 280))
+def constant_channels(count: int, side: int) -> PanelPicture:
+    """``count`` channels of ``side`` x ``side``, each one value (channel c: c / count), on one shared scale: every
+    pixel of a tile has its channel's colour, so where a pixel shows which tile can be read off its colour."""
+    values = (torch.arange(count, dtype=torch.float32) / count).view(1, count, 1, 1).expand(1, count, side, side)
+    return picture_of(record(values.contiguous()), PanelSettings(scaling="shared"))
+
+
+def assert_shows_the_mosaic_scaled(rendered, picture: PanelPicture) -> None:
+    """Every pixel of the rendered image shows the tile (or padding) of the whole mosaic under its centre, as the
+    raster engine shows the whole mosaic painted at that size; pixels within a step of a tile's edge may show
+    either side of the edge."""
+    full = render_mosaic(picture.arrangement, "viridis")
+    layout = picture.arrangement.layout
+    height, width = picture.arrangement.size
+    w, h = rendered.qimage.width(), rendered.qimage.height()
+    step = max(width / w, height / h)
+    checked = 0
+    for y in range(0, h, 3):
+        for x in range(0, w, 3):
+            fx, fy = (x + 0.5) * width / w, (y + 0.5) * height / h
+            near = {layout.tile_at(fx + dx, fy + dy) for dx in (-step - 1, 0, step + 1) for dy in (-step - 1, 0, step + 1)}
+            if len(near) == 1:  # well inside one tile, or the padding
+                checked += 1
+                assert rgb(rendered.qimage, x, y) == rgb(full.qimage, int(fx), int(fy)), (x, y)
+    assert checked > w * h / 9 / 4  # most of the image was checked
+
+
+def test_a_large_mosaic_is_coloured_at_exactly_the_size_shown(qapp) -> None:
+    picture = constant_channels(256, 56)  # a 911 x 911 mosaic
+    height, width = picture.arrangement.size
+    assert (height, width) == (911, 911)
+    fit = (300, 280)  # a view box's size in device pixels
+    shown = fitted_size(width, height, fit)
+    assert shown == (round(280 / (1 + 2 * FIT_PADDING)),) * 2  # the height limits; the padding around it
+    rendered = render_mosaic(picture.arrangement, "viridis", fit=fit)
     assert not rendered.is_full
-    # every step-th pixel of each tile: never fewer pixels than the screen shows, at most about twice as many
-    assert shown[0] <= rendered.qimage.width() < 2 * shown[0]
-    assert shown[1] <= rendered.qimage.height() < 2 * shown[1]
-    step = min(width // shown[0], height // shown[1])
-    full = render_mosaic(arrangement, "viridis")
-    layout = arrangement.layout
-    tile_h, tile_w = -(-layout.tile_h // step), -(-layout.tile_w // step)
-    for channel in (0, 100, 255):
-        full_x, full_y = layout.tile_origin(channel)
-        row, col = divmod(channel, layout.cols)
-        x, y = col * (tile_w + layout.pad), row * (tile_h + layout.pad)
-        for dy, dx in ((0, 0), (5, 7), (tile_h - 1, tile_w - 1)):
-            assert rgb(rendered.qimage, x + dx, y + dy) == rgb(full.qimage, full_x + dx * step, full_y + dy * step)
+    assert (rendered.qimage.width(), rendered.qimage.height()) == shown  # painted pixel for pixel, no scaling
+    assert_shows_the_mosaic_scaled(rendered, picture)
+
+
+def test_a_small_mosaic_is_coloured_enlarged_to_the_size_shown(qapp) -> None:
+    picture = constant_channels(16, 7)  # a 31 x 31 mosaic in a view box of 300 x 280
+    height, width = picture.arrangement.size
+    shown = fitted_size(width, height, (300, 280))
+    assert shown[0] > 8 * width
+    rendered = render_mosaic(picture.arrangement, "viridis", fit=(300, 280))
+    assert (rendered.qimage.width(), rendered.qimage.height()) == shown and not rendered.is_full
+    assert_shows_the_mosaic_scaled(rendered, picture)
+
+
+def test_nearest_keeps_the_pixel_under_each_centre() -> None:
+    image = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert nearest(image, (4, 3)) is image
+    np.testing.assert_array_equal(nearest(image, (2, 3)), image[:, [1, 3]])  # centres at 1.0 and 3.0
+    np.testing.assert_array_equal(nearest(image, (8, 6)), image.repeat(2, axis=0).repeat(2, axis=1))
 
 
 def test_the_workers_rendering_is_used_only_while_it_fits(qapp) -> None:
@@ -98,3 +134,67 @@ def test_nan_and_inf_become_zero_with_a_note(shape: tuple[int, ...]) -> None:
         low, high = picture.arrangement.ranges
         assert np.isfinite(low).all() and np.isfinite(high).all()
         assert picture.arrangement.image.shape == picture.arrangement.size
+
+
+def pixels(image: QImage) -> np.ndarray:
+    image = image.convertToFormat(QImage.Format.Format_RGB32)
+    rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
+    return rows[:, : image.width() * 4].reshape(image.height(), image.width(), 4)[..., :3].copy()
+
+
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 1.25])
+def test_a_panel_paints_the_workers_mosaic_pixel_for_pixel(qtbot, ratio: float) -> None:
+    """At the size the worker was told (the view box's, in device pixels), the mosaic lands on the screen as the
+    worker coloured it, on every device pixel ratio (here painted into an image of that ratio, as a high-DPI
+    screen's backing store is)."""
+    panel = FeatureMapPanel("layer", "forward", "layer", PanelSettings())
+    qtbot.addWidget(panel)
+    panel.resize(340, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    values = torch.rand(1, 256, 56, 56, generator=torch.Generator().manual_seed(0))
+    panel.show_picture(with_rendering(picture_of(record(values), PanelSettings()), None))  # laid out with a picture
+    qtbot.wait(10)
+    fit = panel.view_size()
+    assert fit is not None
+    picture = with_rendering(picture_of(record(values), PanelSettings()), (round(fit[0] * ratio), round(fit[1] * ratio)))
+    panel.show_picture(picture)
+    worker = picture.rendered.qimage
+    view = panel._view
+    target = QImage(round(view.width() * ratio), round(view.height() * ratio), QImage.Format.Format_ARGB32_Premultiplied)
+    target.setDevicePixelRatio(ratio)
+    target.fill(0)
+    painter = QPainter(target)
+    view.render(painter, QRectF(0, 0, view.width(), view.height()))
+    painter.end()
+    item = panel._mosaic
+    shown = item.deviceTransform(view.viewportTransform()).mapRect(item.boundingRect())
+    # the view shows the mosaic at exactly the size of the worker's image: painted as it is, not scaled
+    assert (round(shown.width() * ratio), round(shown.height() * ratio)) == (worker.width(), worker.height())
+    x, y = round(shown.left() * ratio), round(shown.top() * ratio)
+    painted = pixels(target)[y : y + worker.height(), x : x + worker.width()]
+    np.testing.assert_array_equal(painted, pixels(worker))
+    assert panel._mosaic._full is None  # the worker's copy was enough
+
+
+def test_a_zoomed_or_resized_panel_paints_the_mosaic_scaled(qtbot) -> None:
+    panel = FeatureMapPanel("layer", "forward", "layer", PanelSettings())
+    qtbot.addWidget(panel)
+    panel.resize(340, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    values = torch.rand(1, 16, 7, 7, generator=torch.Generator().manual_seed(0))
+    panel.show_picture(with_rendering(picture_of(record(values), PanelSettings()), None))
+    qtbot.wait(10)
+    picture = with_rendering(picture_of(record(values), PanelSettings()), panel.view_size())
+    panel.show_picture(picture)
+    before = pixels(panel._view.grab().toImage())
+    panel.resize(400, 480)  # larger than the worker was told: the same picture, scaled up
+    qtbot.wait(10)
+    panel._viewbox.fit()
+    after = pixels(panel._view.grab().toImage())
+    background = panel._view.backgroundBrush().color().getRgb()[:3]
+    area = lambda image: int((image != background).any(axis=2).sum())  # noqa: E731  (the mosaic's pixels)
+    assert area(after) > 1.2 * area(before)  # the mosaic fills the larger view
+    colours = lambda image: {tuple(c) for c in image.reshape(-1, 3)}  # noqa: E731
+    assert colours(pixels(picture.rendered.qimage)) <= colours(after)  # every colour of the mosaic still shows

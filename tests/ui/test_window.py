@@ -117,8 +117,8 @@ def test_dropping_files_loads_the_first_and_fills_the_panels(window: MainWindow,
         assert panel._mosaic.rendered is rendered and rendered.arrangement is panel.picture.arrangement
         height, width = panel.picture.arrangement.size
         shown = fitted_size(width, height, fit)
-        assert shown[0] <= rendered.qimage.width() <= width  # never coarser than the screen, never larger
-        assert rendered.is_full == (rendered.qimage.width() == width)
+        assert (rendered.qimage.width(), rendered.qimage.height()) == shown  # the size shown: painted as it is
+        assert rendered.is_full == (shown == (width, height))
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.workspace.step_image(1)

@@ -3,7 +3,6 @@ is safe off the GUI thread): the GUI thread then only paints. ``widgets/mosaic_i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -38,12 +37,32 @@ def color_table(lut: str) -> tuple[int, ...]:
     return tuple(int(v) for v in (0xFF000000 | (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]))
 
 
+FIT_PADDING = 0.01  # a fitted mosaic's margin in its view box, a fraction of its size on each side
+
+
 def fitted_size(width: int, height: int, fit: tuple[int, int] | None) -> tuple[int, int]:
-    """The size a ``width`` x ``height`` mosaic is shown at inside ``fit`` (aspect kept, never enlarged)."""
+    """The size in device pixels a ``width`` x ``height`` mosaic is shown at when fitted into a view box of ``fit``
+    device pixels (aspect kept, ``FIT_PADDING`` around it; scaled up as well as down): the size of the image that
+    a panel paints without scaling (``mosaic_item.MosaicItem``)."""
     if fit is None or fit[0] <= 0 or fit[1] <= 0:
         return width, height
-    scale = min(1.0, fit[0] / width, fit[1] / height)
-    return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+    scale = min(fit[0] / width, fit[1] / height) / (1 + 2 * FIT_PADDING)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def nearest(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``image`` resampled to ``size`` (width, height) by nearest neighbour: each pixel shows the source pixel under
+    its centre, which is what the raster engine shows when it paints the image scaled to that size."""
+    height, width = image.shape
+    if (width, height) == size:
+        return image
+    rows = (np.arange(size[1]) * 2 + 1) * height // (2 * size[1])
+    cols = (np.arange(size[0]) * 2 + 1) * width // (2 * size[0])
+    # Two takes (rows: whole lines copied; columns: a gather), columns on the fewer rows: about 0.13 ms for a
+    # panel of 350x350 here, where one fancy-indexing gather takes 0.6 ms.
+    if size[1] <= height:
+        return image.take(rows, axis=0).take(cols, axis=1)
+    return image.take(cols, axis=1).take(rows, axis=0)
 
 
 def colour(source: np.ndarray, lut: str) -> QImage:
@@ -58,16 +77,18 @@ def colour(source: np.ndarray, lut: str) -> QImage:
 
 
 def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | None = None) -> RenderedMosaic:
-    """Colour an arrangement's mosaic at the size ``fit`` (device pixels) shows it, or whole without ``fit``.
+    """Colour an arrangement's mosaic at exactly the size a view box of ``fit`` device pixels shows it (scaled up
+    or down: ``fitted_size``), or whole without ``fit``.
 
     Scaled down, it draws only every step-th pixel of each tile (step: how many mosaic pixels a shown pixel
-    spans, rounded down), so the work follows the pixels on screen, not the size of the layer."""
+    spans, rounded down), so the work follows the pixels on screen, not the size of the layer; then that, a
+    little larger than shown, is resampled to the size shown (``nearest``, on the uint8 image: a fraction of a
+    millisecond here), so that the GUI thread paints it pixel for pixel, a plain copy (``mosaic_item``: measured
+    for 40 panels of 347x347, 0.08 ms a panel, against 0.11 to 0.18 ms painting a smaller or larger image scaled)."""
     height, width = arrangement.size
     shown = fitted_size(width, height, fit)
     step = max(1, min(width // shown[0], height // shown[1]))
-    # Not scaled to ``shown`` here: the sampled mosaic is at most about twice that size, and painting an RGB32
-    # image scaled down costs less than scaling it first (measured: 0.07 ms against 0.15 ms a panel).
-    qimage = colour(arrangement.sampled(step), lut)
+    qimage = colour(nearest(arrangement.sampled(step), shown), lut)
     return RenderedMosaic(arrangement, lut, qimage, (qimage.height(), qimage.width()) == (height, width))
 
 

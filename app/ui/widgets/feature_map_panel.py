@@ -45,6 +45,7 @@ MIN_PANEL_WIDTH = 240  # the least width a panel is laid out at: its plot keeps 
 MIN_PANEL_HEIGHT = 260
 MARGIN_X, MARGIN_Y, SPACING = 6, 4, 3  # the panel's layout
 CONTROL_SPACING = 4
+VIEW_MARGIN = 2  # between the mosaic view's edge and its view box
 VIEW_TIP = ("Hover a tile for its channel and value; click it to open the channel view.\n"
             "Wheel: scroll the panels · Ctrl+wheel: zoom · drag: pan · double-click: show the whole mosaic.")
 SCALING_LABELS = {"channel": "per channel", "shared": "shared"}
@@ -219,9 +220,9 @@ class FeatureMapPanel(QFrame):
         self._message.setWordWrap(True)
         self._stack.addWidget(self._message)
         self._view = ScrollingLayoutWidget()
-        self._view.ci.setContentsMargins(2, 2, 2, 2)
+        self._view.ci.setContentsMargins(VIEW_MARGIN, VIEW_MARGIN, VIEW_MARGIN, VIEW_MARGIN)
         self._viewbox = MosaicViewBox(lockAspect=True, invertY=True, enableMenu=False)
-        self._view.ci.addItem(self._viewbox)
+        self._view.add_box(self._viewbox)
         self._mosaic = MosaicItem()
         self._viewbox.addItem(self._mosaic)
         self._view.scene().sigMouseMoved.connect(self._on_mouse_moved)
@@ -331,14 +332,15 @@ class FeatureMapPanel(QFrame):
         return KIND_LABELS.get(self.kind, self.kind)
 
     def view_size(self) -> tuple[int, int] | None:
-        """The mosaic view's size in device pixels (what a run colours mosaics at); None until laid out."""
-        # The stack's size, not the view's: until the first picture the view is a hidden page of the stack and
-        # keeps a default size of its own.
+        """The mosaic view box's size in device pixels, what a run colours mosaics for (``rendering.fitted_size``:
+        the size a fitted mosaic is shown at, so that it paints pixel for pixel); None until laid out."""
+        # From the stack's size, not the view's: until the first picture the view is a hidden page of the stack
+        # and keeps a default size of its own. The view box fills the view but for its margin.
         area = self._stack
         if not self.isVisible() or min(area.width(), area.height()) < 50:  # not laid out yet
             return None
         ratio = area.devicePixelRatioF()
-        return round(area.width() * ratio), round(area.height() * ratio)
+        return (round((area.width() - 2 * VIEW_MARGIN) * ratio), round((area.height() - 2 * VIEW_MARGIN) * ratio))
 
     def show_message(self, text: str) -> None:
         """No picture for this record (yet): waiting for a run, or the module did not run."""
