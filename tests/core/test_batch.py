@@ -2,9 +2,11 @@
 
 import csv
 import json
+import os
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from app.core.batch import DONE_FILE, BatchProgress, find_images, folder_names, run_batch
@@ -274,3 +276,26 @@ def test_an_unwritable_output_folder_is_one_line(small_resnet, registry, folder,
     (tmp_path / "taken").write_text("a file, not a folder")
     with pytest.raises(HookscopeError, match=r"^Cannot create the output folder '.*taken': File exists\.$"):
         run_batch(small_resnet, registry, [folder / "a.png"], tmp_path / "taken", root=folder)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc (Linux)")
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one torch thread: no OpenMP team to start")
+def test_reader_and_writer_start_no_second_openmp_team(small_resnet, registry, folder, tmp_path, monkeypatch):
+    """A torch op in the reading or writing thread would start an OpenMP thread team there, which makes the model's
+    own team sleep between operations (app/core/batch.py): the batch adds its two threads and nothing else."""
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    seen: list[int] = []
+
+    def count(_progress):
+        seen.append(threads())
+
+    # full-size inputs: torch runs an operation on several threads only from 32768 values on
+    monkeypatch.setattr(small_resnet, "preprocess", load_model("resnet18", "none", seed=0).preprocess)
+    torch.ones(1 << 16).add_(1)  # an operation on this thread: the model's own team is up
+    before = threads()
+    images = [folder / name for name in ("a.png", "b.JPG", "c.jpg")] + [folder / "sub" / "d.png"]
+    run_batch(small_resnet, registry, images, tmp_path / "out", root=folder, png=False, progress=count)
+    assert max(seen) <= before + 2, (before, seen)
