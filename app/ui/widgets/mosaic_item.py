@@ -20,11 +20,9 @@ zooms the mosaic around the mouse (``MosaicViewBox``, ``ScrollingLayoutWidget``)
 
 from __future__ import annotations
 
-import math
-
 import pyqtgraph as pg
-from PySide6.QtCore import QRect, QRectF, Qt
-from PySide6.QtGui import QImage, QTransform, QWheelEvent
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QTransform, QWheelEvent
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QGraphicsItem, QWidget
 
 from app.ui.state.rendering import FIT_PADDING, RenderedMosaic, render_mosaic
@@ -37,6 +35,7 @@ class MosaicItem(pg.GraphicsObject):
     def __init__(self) -> None:
         super().__init__()
         self._rendered: RenderedMosaic | None = None
+        self._size = (0, 0)  # the worker's image's (width, height), kept here: read at every paint
         self._full: RenderedMosaic | None = None  # made when the view first needs more than the worker's copy
         self._rect = QRectF()
 
@@ -51,6 +50,7 @@ class MosaicItem(pg.GraphicsObject):
             self._rect = QRectF(0, 0, w, h)
             self.informViewBoundsChanged()
         self._rendered = rendered
+        self._size = (rendered.qimage.width(), rendered.qimage.height())
         self._full = rendered if rendered.is_full else None
         self.update()
 
@@ -58,48 +58,32 @@ class MosaicItem(pg.GraphicsObject):
         return QRectF(self._rect)
 
     def paint(self, painter, *args) -> None:
-        if self._rendered is None:
+        rendered = self._rendered
+        if rendered is None:
             return
         to_device = QTransform(painter.deviceTransform())  # a copy: PySide hands out a reference into the painter
-        image = self._image_for(to_device).qimage
-        target = self._pixel_rect(to_device, image)
-        if target is None:
-            painter.drawImage(self._rect, image)
-            return
-        # A plain copy at a whole device pixel: painted through the view's scaling, the raster engine would take its
-        # scaling path (see the module's docstring for what each costs).
-        world = QTransform(painter.worldTransform())
-        device = painter.device()
-        ratio = device.devicePixelRatioF() if device is not None else 1.0
-        painter.setWorldTransform(QTransform.fromScale(1 / ratio, 1 / ratio))  # with the device's own scale: none
-        painter.drawImage(target.topLeft(), image)
-        painter.setWorldTransform(world)
-
-    def _pixel_rect(self, to_device: QTransform, image: QImage) -> QRect | None:
-        """Where ``image`` lands when painted pixel for pixel: when it has the size the mosaic covers on the device
-        (the worker made it at the size a fitted mosaic is shown at: ``rendering.fitted_size``) under a plain
-        scale. None when the sizes differ (zoomed, resized since the run) or the view is rotated or mirrored."""
-        if (to_device.m12() or to_device.m21() or to_device.m13() or to_device.m23()
-                or to_device.m11() <= 0 or to_device.m22() <= 0):
-            return None
         shown = to_device.mapRect(self._rect)
-        if (round(shown.width()), round(shown.height())) != (image.width(), image.height()):
-            return None
-        return QRect(round(shown.left()), round(shown.top()), image.width(), image.height())
-
-    def _image_for(self, to_device: QTransform) -> RenderedMosaic:
-        """The worker's copy while it has a pixel for every device pixel painted, else the full mosaic (made on
-        the first zoom past the worker's copy, kept for this picture)."""
-        rendered = self._rendered
-        assert rendered is not None
-        shown_w = math.hypot(to_device.m11(), to_device.m12()) * self._rect.width()
-        shown_h = math.hypot(to_device.m21(), to_device.m22()) * self._rect.height()
-        # 2% slack: a view a few pixels larger than when the run was asked for still paints the worker's copy.
-        if shown_w <= rendered.qimage.width() * 1.02 and shown_h <= rendered.qimage.height() * 1.02:
-            return rendered
-        if self._full is None:
-            self._full = render_mosaic(rendered.arrangement, rendered.lut)
-        return self._full
+        if (not to_device.isRotating() and to_device.m11() > 0 and to_device.m22() > 0  # a plain scale
+                and (round(shown.width()), round(shown.height())) == self._size):
+            # Shown at the size the worker coloured it for (``rendering.fitted_size``): a plain copy at a whole
+            # device pixel. Painted through the view's scaling, the raster engine takes its scaling path instead
+            # (the module's docstring says what each costs).
+            world = QTransform(painter.worldTransform())
+            device = painter.device()
+            ratio = device.devicePixelRatioF() if device is not None else 1.0
+            painter.setWorldTransform(QTransform.fromScale(1 / ratio, 1 / ratio))  # with the device's scale: none
+            painter.drawImage(round(shown.left()), round(shown.top()), rendered.qimage)
+            painter.setWorldTransform(world)
+            return
+        # Zoomed, resized since the run, mirrored: scaled, from the worker's copy while it has a pixel for every
+        # device pixel painted (2% slack: a view a few pixels larger than when the run was asked for), else from
+        # the full mosaic (made on the first zoom past the worker's copy, kept for this picture).
+        image = rendered
+        if shown.width() > self._size[0] * 1.02 or shown.height() > self._size[1] * 1.02:
+            if self._full is None:
+                self._full = render_mosaic(rendered.arrangement, rendered.lut)
+            image = self._full
+        painter.drawImage(self._rect, image.qimage)
 
 
 def zooms(event: object) -> bool:
