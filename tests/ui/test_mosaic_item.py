@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QPointF, QRectF
 from PySide6.QtGui import QImage, QPainter
 
 from app.core.hooks import Record
@@ -198,3 +198,21 @@ def test_a_zoomed_or_resized_panel_paints_the_mosaic_scaled(qtbot) -> None:
     assert area(after) > 1.2 * area(before)  # the mosaic fills the larger view
     colours = lambda image: {tuple(c) for c in image.reshape(-1, 3)}  # noqa: E731
     assert colours(pixels(picture.rendered.qimage)) <= colours(after)  # every colour of the mosaic still shows
+
+
+def test_a_panel_shows_a_picture_without_its_full_resolution_values(qtbot) -> None:
+    """Mosaic, legend and labels come from what the worker prepared (ranges, the coloured image): the values at full
+    resolution reach the CPU only when something reads them, here a hover."""
+    panel = FeatureMapPanel("layer", "tensor", "layer", PanelSettings())
+    qtbot.addWidget(panel)
+    panel.resize(340, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    picture = with_rendering(picture_of(record(torch.rand(1, 64, 28, 28), kind="tensor"), PanelSettings()), (300, 300))
+    panel.show_picture(picture)
+    panel._view.grab()
+    assert panel.legend.legend is not None and "|grad|" in panel.legend.text()
+    assert picture.channels._data is None
+    x, y = picture.arrangement.layout.tile_origin(5)
+    panel._on_mouse_moved(panel._viewbox.mapViewToScene(QPointF(x + 0.5, y + 0.5)))
+    assert panel._footer.text().startswith("channel 5 · |grad|") and picture.channels._data is not None

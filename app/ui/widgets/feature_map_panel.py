@@ -461,7 +461,8 @@ class FeatureMapPanel(QFrame):
     @staticmethod
     def _flat_text(picture: PanelPicture) -> str:
         """Why a panel shows no picture: every value is the same."""
-        broken = count_non_finite(picture.key, picture.record.tensor) if picture.record is not None else None
+        # the record's tensor where the run left it (``record.tensor`` would copy it to the CPU first)
+        broken = count_non_finite(picture.key, picture.record.data) if picture.record is not None else None
         if broken is not None:  # NaN or inf, drawn as 0: not an all-zero gradient, and not an untrained head
             return (f"{broken.words[0].upper()}{broken.words[1:]} here (drawn as 0): the numbers broke down before "
                     "this point.\n(NaN or inf in the weights, or values that overflowed: the banner above the "

@@ -50,10 +50,12 @@ def legend_of(picture: PanelPicture) -> Legend | None:
     A − B view is signed and symmetric around 0 (``ab_pictures.signed_mosaic``)."""
     if picture.channels.kind != "maps" or picture.flat or not all(picture.arrangement.size):
         return None
-    data = picture.channels.data
+    # The per-channel ranges, not the values: ``channels.data`` is the full-resolution array, made on the CPU on
+    # first use (from the run's device), which a legend at every run must not cost.
     shared = picture.settings.scaling == "shared"
     lut = lut_of(picture)
-    if getattr(picture, "view", "A") == "diff":
+    if getattr(picture, "view", "A") == "diff":  # values of the A − B view: an array on the CPU already
+        data = picture.channels.data
         magnitude = float(max(-float(data.min(initial=0.0)), float(data.max(initial=0.0))))
         if shared:
             return Legend(lut, number(-magnitude), "+" + number(magnitude), "A − B, shared",
@@ -64,6 +66,7 @@ def legend_of(picture: PanelPicture) -> Legend | None:
     if ranges is not None and ranges[0].size:
         low, high = float(ranges[0].min()), float(ranges[1].max())
     else:
+        data = picture.channels.data
         low, high = float(data.min()), float(data.max())
     what = "|grad| " if picture.is_gradient else ""
     values = f"{what}{number(low)} … {number(high)}"
