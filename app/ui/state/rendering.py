@@ -58,11 +58,11 @@ def nearest(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         return image
     rows = (np.arange(size[1]) * 2 + 1) * height // (2 * size[1])
     cols = (np.arange(size[0]) * 2 + 1) * width // (2 * size[0])
-    # Two takes (rows: whole lines copied; columns: a gather), columns on the fewer rows: about 0.13 ms for a
-    # panel of 350x350 here, where one fancy-indexing gather takes 0.6 ms.
+    # Rows taken whole (a copy of lines), columns gathered on the fewer rows: about 0.05 ms for a panel of 350x350
+    # here, where take(axis=1) takes twice that and one 2-D fancy index (rows[:, None], cols) 0.6 ms.
     if size[1] <= height:
-        return image.take(rows, axis=0).take(cols, axis=1)
-    return image.take(cols, axis=1).take(rows, axis=0)
+        return image.take(rows, axis=0)[:, cols]
+    return image[:, cols].take(rows, axis=0)
 
 
 def colour(source: np.ndarray, lut: str) -> QImage:
