@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -263,6 +264,7 @@ def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
 def test_results_are_written_inline_when_the_writer_is_behind(small_resnet, registry, folder, tmp_path, monkeypatch):
     import app.core.batch as batch
 
+    monkeypatch.setattr(batch, "writes_behind", lambda device: True)  # as when the model leaves a core free
     monkeypatch.setattr(batch, "WRITE_BEHIND", 0)  # the writer thread never takes a job
     images = [folder / "a.png", folder / "c.jpg"]
     report = run_batch(small_resnet, registry, images, tmp_path / "out", root=folder, png=False)
@@ -299,3 +301,74 @@ def test_reader_and_writer_start_no_second_openmp_team(small_resnet, registry, f
     images = [folder / name for name in ("a.png", "b.JPG", "c.jpg")] + [folder / "sub" / "d.png"]
     run_batch(small_resnet, registry, images, tmp_path / "out", root=folder, png=False, progress=count)
     assert max(seen) <= before + 2, (before, seen)
+
+
+def test_writes_behind_only_when_the_model_leaves_a_core_free():
+    from app.core.batch import writes_behind
+
+    threads = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        assert writes_behind("cuda:0") and writes_behind("mps")
+        torch.set_num_threads(cores)
+        assert not writes_behind("cpu")
+        if cores > 1:
+            torch.set_num_threads(cores - 1)
+            assert writes_behind("cpu")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def listing(folder):
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("behind", [True, False], ids=["written behind", "written after each run"])
+def test_both_ways_of_writing_give_the_same_files(small_resnet, registry, folder, tmp_path, monkeypatch, behind):
+    import app.core.batch as batch
+
+    images = [folder / "a.png", folder / "b.JPG", folder / "c.jpg"]
+    monkeypatch.setattr(batch, "writes_behind", lambda device: not behind)
+    run_batch(small_resnet, registry, images, tmp_path / "other", root=folder, png=True)
+    monkeypatch.setattr(batch, "writes_behind", lambda device: behind)
+    report = run_batch(small_resnet, registry, images, tmp_path / "out", root=folder, png=True)
+    assert report.done == ["a.png", "b.JPG", "c.jpg"]
+    assert listing(tmp_path / "out") == listing(tmp_path / "other")
+    assert "a/activations.npz" in listing(tmp_path / "out") and "a/png/backward/layer4.png" in listing(tmp_path / "out")
+    for name in ("a", "b", "c"):
+        for archive in ("activations.npz", "gradients.npz"):
+            with (
+                np.load(tmp_path / "out" / name / archive) as ours,
+                np.load(tmp_path / "other" / name / archive) as theirs,
+            ):
+                assert ours.files == theirs.files
+                for key in ours.files:
+                    np.testing.assert_array_equal(ours[key], theirs[key])
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="a file size limit (POSIX) stands in for a full disk")
+@pytest.mark.parametrize("behind", [True, False], ids=["written behind", "written after each run"])
+def test_a_write_that_fails_is_one_line_and_leaves_no_manifest(
+    small_resnet, registry, folder, tmp_path, monkeypatch, behind
+):
+    """A full disk, as the file size limit makes it: the first image's activations cannot be written."""
+    import resource
+
+    import app.core.batch as batch
+    from app.core.errors import HookscopeError
+
+    monkeypatch.setattr(batch, "writes_behind", lambda device: behind)
+    out = tmp_path / "out"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, limit[1]))  # conv1's 64x32x32 floats are 262 kB
+    try:
+        with pytest.raises(HookscopeError) as raised:
+            run_batch(small_resnet, registry, [folder / "a.png", folder / "c.jpg"], out, root=folder, png=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert str(raised.value) == f"Cannot write the results of 'a.png' to '{out / 'a'}': File too large."
+    assert (out / "a" / "input.npy").is_file()  # the folder is marked as an output, and claims nothing
+    assert not (out / "a" / "manifest.json").exists() and not (out / "a" / DONE_FILE).exists()
+    assert [r["status"] for r in read_summary(out)] == ["not run", "not run"]
