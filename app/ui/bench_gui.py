@@ -29,6 +29,7 @@ from PySide6.QtCore import QElapsedTimer, QPointF, QRectF, QTimer
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
+from app.core.allocator import keep_freed_memory
 from app.core.hooks import Record
 from app.core.pictures import PanelSettings, picture_of
 from app.ui.app import SCREENSHOT_SIZE, Window, _close, _no_display, application, make_window, settle, wait_for_run
@@ -171,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # as the hookscope command does for the window
 
     application(offscreen=_no_display())
     window = make_window(args.model, "none", args.device, None, checks=[], remember=False)
