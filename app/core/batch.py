@@ -254,6 +254,9 @@ def _finish_image(
     try:
         if folder.exists():  # a half-written folder from an interrupted batch, or a batch run again
             shutil.rmtree(folder)
+        # the helper starts on the means, then the arrays; what it has not started when this thread is done with
+        # the manifest, this thread writes itself
+        means = helper.submit(record_means, result) if helper is not None else None
         write_run(
             result, loaded, folder, image=str(source), kinds=kinds, png=png, tree=tree, extra=manifest_extra,
             helper=helper,
@@ -263,7 +266,7 @@ def _finish_image(
             "source": str(source),
             "fingerprint": fingerprint,
             "top5": [{"index": p.index, "label": p.label, "probability": p.probability} for p in result.top5],
-            "means": record_means(result),
+            "means": means.result() if means is not None else record_means(result),
         }
         write_json_atomically(done, folder / DONE_FILE)
         return done
