@@ -121,8 +121,8 @@ def write_run(
         for future, save in reversed(handed):  # what the helper has not started yet, this thread writes itself
             if future.cancel():
                 save()
-    finally:
-        wait([future for future, _ in handed])  # never leave the helper writing into a folder that failed
+    finally:  # after a failure here: what the helper has not started is dropped, and it is waited for
+        wait([future for future, _ in handed if not future.cancel()])
     for future, _ in handed:
         if not future.cancelled():
             future.result()
