@@ -48,6 +48,9 @@ def forward_hooks(workspace, path: str) -> int:
     return len(workspace.registry.module(path)._forward_hooks)
 
 
+ACT_AND_GRAD = 2  # the Act tick's forward hook, and the Grad tick's (it puts a tensor hook on the output)
+
+
 @pytest.fixture
 def files(workspace, host) -> ModelFilesFeature:
     return ModelFilesFeature(workspace, host)
@@ -82,7 +85,7 @@ def test_a_dropped_state_dict_asks_for_its_architecture_and_loads(files, workspa
     state = loaded.module.state_dict()
     assert set(state) == set(saved) and all(torch.equal(state[k], saved[k]) for k in saved)
     assert workspace.ticked_pairs() == before  # the ticks carried over to the new model...
-    assert forward_hooks(workspace, "layer1.0.conv1") == 1  # ...as real hooks on its module
+    assert forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD  # ...as real hooks on its module
     assert not old_module.layer1[0].conv1._forward_hooks  # and none is left on the old one
     assert workspace.last.result.records
 
@@ -130,7 +133,7 @@ def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(files, workspace
     assert "does not fit resnet18" in message and "shape mismatch" in message and "fc.weight" in message
     assert "(10, 512)" in message and "non-strict" in message and "--" not in message
     assert host.errors[-1] == message
-    assert workspace.loaded is previous and forward_hooks(workspace, "layer1.0.conv1") == 1  # nothing half-loaded
+    assert workspace.loaded is previous and forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD  # nothing half-loaded
 
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         files.open(path)
@@ -211,7 +214,7 @@ def test_torchscript_and_other_files_are_refused_and_the_results_stay(files, wor
     assert "not a PyTorch model or weights file" in refused.args[0]
     assert "TorchScript" in host.errors[-2] and "not a PyTorch model" in host.errors[-1]  # both shown
     assert workspace.loaded is previous and workspace.last is results
-    assert forward_hooks(workspace, "layer1.0.conv1") == 1  # the previous hooks are still on the previous model
+    assert forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD  # the previous hooks are still on the previous model
 
 
 def test_the_open_dialog_starts_in_the_last_folder_used(workspace, host, tmp_path, monkeypatch, qtbot):
