@@ -282,7 +282,7 @@ def writes_behind(device: str) -> bool:
 
     Otherwise the model's OpenMP team holds every core, its threads waiting ready (spinning) between operations,
     and a writer running beside it takes a core from one of them in the middle of an operation while the others
-    wait for it: ResNet-18 on two cores gave about 0.62 of bare throughput that way, about 0.71 writing each image
+    wait for it: ResNet-18 on two cores gave about 0.62 of bare throughput that way, about 0.70 writing each image
     right after its run (the writer thread taking the array files while the batch's thread puts the manifest
     together, then helping with what is left).
     """
