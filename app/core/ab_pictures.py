@@ -30,7 +30,7 @@ from app.core.pictures import (  # noqa: F401  (VIEWS: the panels' view drop-dow
     maps_arrangement,
     picture_of,
 )
-from app.core.views import ChannelData, as_channels, mosaic_layout
+from app.core.views import ChannelData, as_channels
 
 DIFF_SORT = "diff"
 
@@ -73,14 +73,7 @@ def arrange_view(
 def signed_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray | None) -> Arrangement:
     """Signed maps (A − B) as a mosaic through the diverging table (``display.signed_mosaic``), drawn when asked
     for, at the size the panel shows it, as ``pictures.maps_arrangement`` draws the others."""
-    shown = tuple(int(i) for i in order) if order is not None else None
-    total, height, width = channels.shape
-    layout = mosaic_layout(len(shown) if shown is not None else total, height, width, order=shown)
-
-    def draw(step: int) -> np.ndarray:
-        return signed_mosaic(channels, scaling, order, step)[0]
-
-    return Arrangement(layout, order, None, draw, channels.ranges)
+    return maps_arrangement(channels, scaling, order, drawer=signed_mosaic)
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from app.core.capture import capture_run
-from app.core.hooks import HookKind, HookRegistry
+from app.core.hooks import HookKind, HookRegistry, full_backward_obstacle
 from app.core.structure import tensor_leaves
 from app.core.tree import ModelSurvey, survey
 
@@ -108,8 +108,7 @@ def floor_hooks(
     for path in paths:
         module, run = modules[path], known.run_of(path)
         # Where a full backward hook would raise or never fire, a careful script uses tensor hooks, as Hookscope does.
-        full_works = not (run.modifies_input or run.output_modified_later or run.output_form == "structured"
-                          or (run.ran and not run.input_needs_grad))
+        full_works = not full_backward_obstacle(run)
         for kind in kinds:
             if kind == "forward":
                 handles.append(module.register_forward_hook(keep_output(run.output_modified_later)))

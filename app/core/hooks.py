@@ -39,7 +39,7 @@ from torch.utils.hooks import RemovableHandle
 from app.core.errors import HookscopeError, RunError
 from app.core.interventions import EditState, Intervention, check_channels, make_edit_hook
 from app.core.structure import tensor_leaves
-from app.core.tree import ModelSurvey
+from app.core.tree import ModelSurvey, ModuleRun
 
 HookKind = Literal["forward", "pre", "backward", "tensor", "grad_input"]
 KINDS: tuple[HookKind, ...] = ("forward", "pre", "backward", "tensor", "grad_input")
@@ -542,19 +542,7 @@ class HookRegistry:
         return FALLBACK, f"{obstacle}; a tensor hook on {'each output tensor' if structured else 'its output'} is used instead."
 
     def _full_backward_obstacle(self, path: str) -> str:
-        """Why ``register_full_backward_hook`` would fail on this module, or "" if it works (as far as known)."""
-        if self._survey is None:
-            return ""
-        run = self._survey.run_of(path)
-        if run.modifies_input:
-            return "The module changes its input in place, so a full backward hook would raise"
-        if run.output_modified_later:
-            return "An in-place operation after this module changes its output, so a full backward hook would raise"
-        if run.output_form == "structured":
-            return "The module returns a nested structure that full backward hooks do not see into"
-        if run.ran and not run.input_needs_grad:
-            return "The module's inputs do not depend on the image (e.g. a fixed table), so a full backward hook would never fire"
-        return ""
+        return full_backward_obstacle(self._survey.run_of(path)) if self._survey is not None else ""
 
     def _forward_capture(self, site: _Site):
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
@@ -711,6 +699,19 @@ class HookRegistry:
 
     def new_recorder(self) -> Recorder:
         return Recorder()
+
+
+def full_backward_obstacle(run: ModuleRun) -> str:
+    """Why ``register_full_backward_hook`` would fail on a module that ran as ``run``, or "" if it works."""
+    if run.modifies_input:
+        return "The module changes its input in place, so a full backward hook would raise"
+    if run.output_modified_later:
+        return "An in-place operation after this module changes its output, so a full backward hook would raise"
+    if run.output_form == "structured":
+        return "The module returns a nested structure that full backward hooks do not see into"
+    if run.ran and not run.input_needs_grad:
+        return "The module's inputs do not depend on the image (e.g. a fixed table), so a full backward hook would never fire"
+    return ""
 
 
 def _keep_output(kept: list[torch.Tensor]):

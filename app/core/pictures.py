@@ -160,14 +160,16 @@ def arrange(channels: DisplayChannels, settings: PanelSettings, dataset_order: n
     return Arrangement(None, order, values[order] if order is not None else values)
 
 
-def maps_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray | None) -> Arrangement:
-    """(C, H, W) maps as a mosaic in ``order``: the layout now, the pixels when drawn (on the values' device)."""
+def maps_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray | None,
+                     drawer: Callable[..., tuple[np.ndarray, object]] = draw_mosaic) -> Arrangement:
+    """(C, H, W) maps as a mosaic in ``order``: the layout now, the pixels when drawn (on the values' device) by
+    ``drawer`` (``display.draw_mosaic``; the A − B views pass ``display.signed_mosaic``)."""
     shown = tuple(int(i) for i in order) if order is not None else None
     total, height, width = channels.shape
     layout = mosaic_layout(len(shown) if shown is not None else total, height, width, order=shown)
 
     def draw(step: int) -> np.ndarray:
-        return draw_mosaic(channels, scaling, order, step)[0]
+        return drawer(channels, scaling, order, step)[0]
 
     return Arrangement(layout, order, None, draw, channels.ranges)
 
