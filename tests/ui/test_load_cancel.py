@@ -93,7 +93,9 @@ def test_cancel_returns_to_the_previous_model_and_its_results_at_once(workspace,
     workspace.status.connect(lambda text, _ms: statuses.append(text))
     assert not feature.showing
     workspace.load_model_with("model.py:build", lambda: open_model(ModelSource(file=spec, trust=True)))
+    runner = workspace.scheduler.runner
     qtbot.waitUntil(lambda: feature.showing, timeout=10_000)  # the Cancel row comes up while build() hangs
+    qtbot.waitUntil(lambda: runner.running_job is not None and runner.running_job.label == "load", timeout=10_000)
     assert "Loading model.py:build" in feature.label.text() and "Cancel keeps resnet18" in feature.label.text()
     assert workspace.loading and _pool_active() == 1
 
@@ -124,7 +126,10 @@ def test_the_cancel_action_and_choosing_another_model_while_build_hangs(workspac
     source = ModelSource(file=spec, trust=True)
     old = workspace.loaded
     workspace.load_model_with("model.py:build", lambda: open_model(source))
-    qtbot.waitUntil(lambda: _pool_active() == 1 and workspace.scheduler.runner.running_job is not None, timeout=10_000)
+    runner = workspace.scheduler.runner
+    # The load itself must be running (not the workspace's first run still finishing ahead of it in the queue).
+    qtbot.waitUntil(lambda: _pool_active() == 1 and runner.running_job is not None
+                    and runner.running_job.label == "load", timeout=10_000)
     with qtbot.waitSignal(workspace.load_cancelled, timeout=1000):
         assert host.trigger(CANCEL_ACTION) is True
     assert workspace.loaded is old
