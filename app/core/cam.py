@@ -16,7 +16,6 @@ from app.core.errors import HookscopeError
 from app.core.hooks import OUTPUT_GRADIENT_KINDS
 
 
-
 def _maps(values: np.ndarray | torch.Tensor, what: str) -> np.ndarray:
     array = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
     if array.ndim == 4 and array.shape[0] == 1:

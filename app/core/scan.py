@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import nn
 
 from app.core.batch import READ_AHEAD, read_ahead, write_json_atomically
@@ -494,38 +495,68 @@ class ScanBackend(Protocol):
     def boxes(self, chunks: Sequence[Sequence[Unit]], start: int) -> Iterator[BoxChunk]: ...
 
 
+FittedBatch = tuple[list[Image.Image], list[int], list[tuple[int, str]]]
+FittedUnits = tuple[dict[int, Image.Image], dict[int, tuple[int, int]]]
+
+
+def fit_batch(paths: Sequence[Path], preprocess: Preprocess, indexes: Sequence[int]) -> FittedBatch:
+    """Read the images ``indexes`` and fit them to the model's input (``Preprocess.fitted``: Pillow only, so a
+    read-ahead thread can do it without starting a second OpenMP team): the pictures that could be read, their
+    indexes, and (index, one-line reason) for those that could not."""
+    pictures, kept, skipped = [], [], []
+    for index in indexes:
+        try:
+            pictures.append(preprocess.fitted(read_image(paths[index])))
+            kept.append(index)
+        except ImageError as error:
+            skipped.append((index, str(error)))
+    return pictures, kept, skipped
+
+
+def stacked(preprocess: Preprocess, pictures: Sequence[Image.Image]) -> torch.Tensor | None:
+    """Fitted pictures as one normalised input batch (torch: on the thread that runs the model)."""
+    return torch.cat([preprocess.as_input(picture) for picture in pictures]) if pictures else None
+
+
 def read_batch(paths: Sequence[Path], preprocess: Preprocess, indexes: Sequence[int]
                ) -> tuple[torch.Tensor | None, list[int], list[tuple[int, str]]]:  # fmt: skip
     """Read and preprocess the images ``indexes``: the stacked batch of those that could be read, their indexes,
     and (index, one-line reason) for those that could not."""
-    tensors, kept, skipped = [], [], []
-    for index in indexes:
-        try:
-            tensors.append(preprocess.to_tensor(read_image(paths[index])))
-            kept.append(index)
-        except ImageError as error:
-            skipped.append((index, str(error)))
-    return (torch.cat(tensors) if tensors else None), kept, skipped
+    pictures, kept, skipped = fit_batch(paths, preprocess, indexes)
+    return stacked(preprocess, pictures), kept, skipped
 
 
-def read_units(paths: Sequence[Path], preprocess: Preprocess, units: Sequence[Unit]
-               ) -> tuple[torch.Tensor | None, list[int], dict[int, tuple[int, int]]]:  # fmt: skip
-    """The input batch for a chunk of units (one element per unit, each image read once), the units whose image
-    could be read, and each image's size as read (width, height)."""
-    inputs: dict[int, torch.Tensor] = {}
+def fit_units(paths: Sequence[Path], preprocess: Preprocess, units: Sequence[Unit]) -> FittedUnits:
+    """Each image of a chunk of units read once and fitted (Pillow only, as ``fit_batch``), and each image's size
+    as read (width, height); (0, 0) for one that cannot be read any more."""
+    pictures: dict[int, Image.Image] = {}
     sizes: dict[int, tuple[int, int]] = {}
     for _path, _channel, image, _position in units:
-        if image not in inputs and image not in sizes:
+        if image not in pictures and image not in sizes:
             try:
                 picture = read_image(paths[image])
             except ImageError:
                 sizes[image] = (0, 0)  # gone since the scan: no box
                 continue
             sizes[image] = picture.size
-            inputs[image] = preprocess.to_tensor(picture)
-    kept = [i for i, unit in enumerate(units) if unit[2] in inputs]
-    x = torch.cat([inputs[units[i][2]] for i in kept]) if kept else None
-    return x, kept, sizes
+            pictures[image] = preprocess.fitted(picture)
+    return pictures, sizes
+
+
+def units_input(preprocess: Preprocess, units: Sequence[Unit], fitted: FittedUnits
+                ) -> tuple[torch.Tensor | None, list[int], dict[int, tuple[int, int]]]:  # fmt: skip
+    """The input batch for a chunk of units (one element per unit), the units whose image could be read, and the
+    images' sizes: what ``chunk_boxes`` takes."""
+    pictures, sizes = fitted
+    kept = [i for i, unit in enumerate(units) if unit[2] in pictures]
+    return stacked(preprocess, [pictures[units[i][2]] for i in kept]), kept, sizes
+
+
+def read_units(paths: Sequence[Path], preprocess: Preprocess, units: Sequence[Unit]
+               ) -> tuple[torch.Tensor | None, list[int], dict[int, tuple[int, int]]]:  # fmt: skip
+    """The input batch for a chunk of units (one element per unit, each image read once), the units whose image
+    could be read, and each image's size as read (width, height)."""
+    return units_input(preprocess, units, fit_units(paths, preprocess, units))
 
 
 def chunk_boxes(scanner: ChannelScanner, preprocess: Preprocess, units: Sequence[Unit],
@@ -551,21 +582,24 @@ class LocalScan:
         self.scanner = ChannelScanner(loaded.module, settings, device)
 
     def scan(self, batches: Sequence[Sequence[int]], start: int) -> Iterator[ScanBatch]:
-        def read(number: int) -> tuple[torch.Tensor | None, list[int], list[tuple[int, str]]]:
-            return read_batch(self.paths, self.preprocess, batches[number])
+        # The reader thread only decodes and fits (Pillow); the tensors are made here, on the model's thread.
+        def read(number: int) -> FittedBatch:
+            return fit_batch(self.paths, self.preprocess, batches[number])
 
         with closing(read_ahead(range(start, len(batches)), read, READ_AHEAD, "hookscope-scan-read")) as reads:
             for number, future in reads:
-                x, kept, skipped = future.result()
+                pictures, kept, skipped = future.result()
+                x = stacked(self.preprocess, pictures)
                 yield number, skipped, (self.scanner.partial(x, kept) if x is not None else {})
 
     def boxes(self, chunks: Sequence[Sequence[Unit]], start: int) -> Iterator[BoxChunk]:
-        def read(number: int) -> tuple[torch.Tensor | None, list[int], dict[int, tuple[int, int]]]:
-            return read_units(self.paths, self.preprocess, chunks[number])
+        def read(number: int) -> FittedUnits:
+            return fit_units(self.paths, self.preprocess, chunks[number])
 
         with closing(read_ahead(range(start, len(chunks)), read, READ_AHEAD, "hookscope-scan-read")) as reads:
             for number, future in reads:
-                yield number, chunk_boxes(self.scanner, self.preprocess, chunks[number], future.result())
+                read_input = units_input(self.preprocess, chunks[number], future.result())
+                yield number, chunk_boxes(self.scanner, self.preprocess, chunks[number], read_input)
 
 
 # =========================================================================================== the scan ====

@@ -36,9 +36,10 @@ from app.core.scan import (
     ScanSettings,
     Unit,
     chunk_boxes,
-    read_batch,
+    fit_batch,
     read_units,
     scan_images,
+    stacked,
 )
 
 
@@ -72,9 +73,9 @@ def bare_batched_pass(
     """Seconds to read, preprocess, stack and run ``images`` forward in batches, with nothing hooked."""
     start = time.perf_counter()
     batches = [list(range(i, min(i + batch_size, len(images)))) for i in range(0, len(images), batch_size)]
-    with closing(read_ahead(batches, lambda b: read_batch(images, preprocess, b), READ_AHEAD)) as reads:
+    with closing(read_ahead(batches, lambda b: fit_batch(images, preprocess, b), READ_AHEAD)) as reads:
         for _batch, future in reads:
-            x, _kept, _skipped = future.result()
+            x = stacked(preprocess, future.result()[0])  # torch here, not in the reader thread (as the scan does)
             if x is not None:
                 with torch.no_grad():
                     module(x)

@@ -432,3 +432,24 @@ def test_cli_ray_without_ray_installed_is_one_line(folder, tmp_path, capsys, mon
                  "--out", str(tmp_path), "--ray"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["hookscope: error: The scan on Ray needs Ray Data: pip install 'hookscope[ray]'."]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc (Linux)")
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one torch thread: no OpenMP team to start")
+def test_the_scan_reader_starts_no_second_openmp_team(small, folder):
+    """The reader thread only decodes and fits pictures (Pillow): a torch operation there would start a second
+    OpenMP thread team, which makes the model's own team sleep between operations. The scan and its box phase add
+    the reader thread and nothing else."""
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    seen: list[int] = []
+    # full-size inputs: torch runs an operation on several threads only from 32768 values on
+    loaded = replace(small, preprocess=Preprocess(resize=256, crop=224, mean=SMALL.mean, std=SMALL.std))
+    torch.ones(1 << 16).add_(1)  # an operation on this thread: the model's own team is up
+    before = threads()
+    images = find_images(folder, recursive=True)
+    scan_images(loaded, images, ScanSettings(("layer1.0.conv1",), top=2, batch_size=4),
+                progress=lambda _p: seen.append(threads()))
+    assert seen and max(seen) <= before + 1, (before, seen)
