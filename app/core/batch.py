@@ -4,7 +4,9 @@ The model is loaded once by the caller and its hooks registered once. A reader t
 next images while the calling thread makes each the model's input and runs the model. Each image's results (the
 layout of ``hookscope export``, ``write_run``) are written by a writer thread while the model runs the next image
 when the model leaves a core free (``writes_behind``); when its threads hold every core, the calling thread writes
-them right after the run, the writer thread helping.
+them right after the run, the writer thread helping. Either way the files are written drop-behind
+(``app.core.drop_behind``: a batch does not fill the page cache with gigabytes, and writes into the same few pages),
+and the writer thread waits for the disk while the model runs the next image.
 
 Neither helper thread runs a torch operation. One would start a second OpenMP thread team in the process, and while
 libgomp manages more threads than there are cores it lets the model's threads sleep between operations instead of
@@ -14,8 +16,8 @@ the calling thread does ``as_input``), and the writer's statistics are numpy's (
 ``numeric.count_non_finite`` in the manifest).
 
 Each finished image's folder gets a
-``done.json`` last, written atomically, so a resumed batch skips exactly the finished images and redoes a
-half-written one. ``summary.csv`` is rewritten at the end from every finished image, earlier runs included.
+``done.json`` last, written atomically once the image's other files are on disk, so a resumed batch skips exactly
+the finished images and redoes a half-written one. ``summary.csv`` is rewritten at the end from every finished image, earlier runs included.
 
 Nothing here prints; progress goes to a callback.
 """
@@ -31,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +43,7 @@ import torch
 from PIL import Image
 
 from app.core.capture import RunResult, Target
+from app.core.drop_behind import DropBehind
 from app.core.errors import HookscopeError, ImageError
 from app.core.export import write_run
 from app.core.hooks import HookRegistry
@@ -235,7 +239,7 @@ def record_means(result: RunResult) -> dict[str, float]:
     return means
 
 
-def _finish_image(
+def _write_image(
     result: RunResult,
     loaded: LoadedModel,
     folder: Path,
@@ -247,11 +251,12 @@ def _finish_image(
     fingerprint: dict,
     manifest_extra: Mapping[str, Any] | None,
     tree: Sequence[ModuleInfo],
+    files: DropBehind,
     helper: Executor | None = None,
 ) -> dict:
-    """One image's results: the export layout (``helper`` writing part of the arrays), then done.json (last,
-    atomically)."""
-    try:
+    """One image's results in the export layout, written through ``files`` (``helper`` writing part of the arrays);
+    returns what its done.json will say once ``_claim`` finds the files on disk."""
+    with _write_errors(name, folder, files):
         if folder.exists():  # a half-written folder from an interrupted batch, or a batch run again
             shutil.rmtree(folder)
         # the helper starts on the means, then the arrays; what it has not started when this thread is done with
@@ -259,21 +264,44 @@ def _finish_image(
         means = helper.submit(record_means, result) if helper is not None else None
         write_run(
             result, loaded, folder, image=str(source), kinds=kinds, png=png, tree=tree, extra=manifest_extra,
-            helper=helper,
+            helper=helper, files=files,
         )  # fmt: skip
-        done = {
+        return {
             "image": name,
             "source": str(source),
             "fingerprint": fingerprint,
             "top5": [{"index": p.index, "label": p.label, "probability": p.probability} for p in result.top5],
             "means": means.result() if means is not None else record_means(result),
         }
+
+
+def _claim(done: dict, folder: Path, files: DropBehind) -> dict:
+    """done.json, last and atomically, once the image's files are on disk (the wait costs no processor time: the
+    writer thread does it while the model runs the next image)."""
+    with _write_errors(done["image"], folder, files):
+        files.settle()
         write_json_atomically(done, folder / DONE_FILE)
-        return done
-    except OSError as error:
-        raise HookscopeError(
-            f"Cannot write the results of '{name}' to '{folder}': {error.strerror or error}.", path=str(folder)
-        ) from error
+    return done
+
+
+def _finish_image(result: RunResult, loaded: LoadedModel, folder: Path, **job: Any) -> dict:
+    """One image's results and then its done.json, in one go."""
+    files = DropBehind()
+    return _claim(_write_image(result, loaded, folder, files=files, **job), folder, files)
+
+
+@contextmanager
+def _write_errors(name: str, folder: Path, files: DropBehind) -> Iterator[None]:
+    """An OSError as the image's one line; after any error the files written are let go, claiming nothing."""
+    try:
+        yield
+    except BaseException as error:
+        files.abandon()
+        if isinstance(error, OSError):
+            raise HookscopeError(
+                f"Cannot write the results of '{name}' to '{folder}': {error.strerror or error}.", path=str(folder)
+            ) from error
+        raise
 
 
 def writes_behind(device: str) -> bool:
@@ -391,14 +419,15 @@ def run_batch(
                 tell(index, "skipped")
                 continue
             result = run_image(loaded, registry, x, device=device, target=target, others=others)
-            collect(block=False)
+            collect(block=not behind)
             job = dict(
                 source=paths[index], name=names[index], kinds=kinds, png=png, fingerprint=fingerprint,
                 manifest_extra=manifest_extra, tree=tree,
             )  # fmt: skip
-            if not behind:  # written now, the writer thread helping
-                results[index] = _finish_image(result, loaded, folders[index], helper=writer, **job)
-                finished_now.append(index)
+            if not behind:  # written now, the writer thread helping; it waits for the disk while the next image runs
+                files = DropBehind()
+                done = _write_image(result, loaded, folders[index], files=files, helper=writer, **job)
+                pending_writes.append((index, writer.submit(_claim, done, folders[index], files)))
             elif len(pending_writes) < WRITE_BEHIND:
                 pending_writes.append((index, writer.submit(_finish_image, result, loaded, folders[index], **job)))
             else:  # the writer is behind (a busy disk or machine): write this one here rather than wait for it

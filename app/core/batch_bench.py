@@ -2,9 +2,10 @@
 
 Bare inference is what a script without Hookscope would do per image: read the file, preprocess, forward,
 backward to the input (``bench.bare_run``), nothing kept or written. The batch is exactly what
-``hookscope export --images`` runs (read-ahead, hooks, writing the export layout; PNGs off, as ``--no-png``).
-Bare runs twice, before and after the batch, and the mean of the two is the reference, so that a machine that
-slows down or speeds up during the measurement does not tilt the ratio.
+``hookscope export --images`` runs (``run_batch``: read-ahead, hooks, writing the export layout drop-behind,
+done.json once the files are on disk; PNGs off, as ``--no-png``), without its progress line. The two alternate in
+rounds of ``chunk`` images, bare first in even rounds and the batch first in odd ones, so that a machine that slows
+down or speeds up during the measurement tilts neither side.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, wait
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image
 
 from app.core.capture import RunResult
+from app.core.drop_behind import DropBehind
 from app.core.hooks import GRADIENT_KINDS, Record
 from app.core.models import LoadedModel
 from app.core.numeric import numeric_report
@@ -59,7 +60,7 @@ def file_stem(key: str) -> str:
     return key.replace("/", "__")
 
 
-def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+def save_npz(path: Path | BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
     """What ``np.savez(path, **arrays)`` writes (an uncompressed zip of ``KEY.npy`` files, the same bytes in every
     member), without copying the arrays.
 
@@ -67,7 +68,7 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     numpy cannot write from the array's memory); the copy runs with the GIL held, so in a batch's writer thread it
     also holds up the thread that runs the model. A C-contiguous array of a plain dtype goes to the member as it
     is, after numpy's own 1.0 header; any other array takes numpy's own path. Only the path is used as given
-    (np.savez would add ``.npz``).
+    (np.savez would add ``.npz``); ``path`` may also be a file open for writing.
     """
     with zipfile.ZipFile(path, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for key, value in arrays.items():
@@ -93,6 +94,7 @@ def write_run(
     tree: Sequence[ModuleInfo] | None = None,
     extra: Mapping[str, Any] | None = None,
     helper: Executor | None = None,
+    files: DropBehind | None = None,
 ) -> dict:
     """Write ``result`` into ``out`` and return the manifest that was written (PNGs through ``colormap``).
 
@@ -101,16 +103,49 @@ def write_run(
     into the manifest (e.g. the edits a batch applied). ``helper``: a thread that writes the array files while this
     one draws the pictures and puts the manifest together, then writes those the helper has not started; the
     helper's first error is raised here, after both are done.
+
+    The array files and the manifest are written through ``files`` (``app.core.drop_behind``), which the caller
+    settles: a batch waits for the disk while the model runs the next image. Without it, the arrays are on disk
+    before the manifest is written, and the manifest before this returns.
     """
+    if files is None:
+        with DropBehind() as own:
+            manifest, text = _write_files(result, loaded, out, image, kinds, png, colormap, scaling, tree, extra,
+                                          helper, own)  # fmt: skip
+            own.settle()  # the arrays are on disk before a manifest says they are there
+            with own.create(out / "manifest.json") as stream:
+                stream.write(text.encode())
+        return manifest
+    manifest, text = _write_files(result, loaded, out, image, kinds, png, colormap, scaling, tree, extra, helper, files)
+    with files.create(out / "manifest.json") as stream:
+        stream.write(text.encode())
+    return manifest
+
+
+def _write_files(
+    result: RunResult,
+    loaded: LoadedModel,
+    out: Path,
+    image: str,
+    kinds: tuple[str, ...],
+    png: bool,
+    colormap: str,
+    scaling: str,
+    tree: Sequence[ModuleInfo] | None,
+    extra: Mapping[str, Any] | None,
+    helper: Executor | None,
+    files: DropBehind,
+) -> tuple[dict, str]:
+    """``write_run`` but the manifest, which it returns with its text."""
     out.mkdir(parents=True, exist_ok=True)
     # contiguous first: an input straight from PIL is channels-last in memory, and np.save writes such an array
     # element by element (10x slower). input.npy is written first: it marks the folder as an output (batch.py).
-    np.save(out / "input.npy", np.ascontiguousarray(result.input.numpy()))
-    files = _array_files(result, out, kinds)
-    handed = [(helper.submit(save), save) for save in files] if helper is not None else []
+    save_array(files, out / "input.npy", np.ascontiguousarray(result.input.numpy()))
+    writes = _array_files(result, out, kinds, files)
+    handed = [(helper.submit(save), save) for save in writes] if helper is not None else []
     try:
         if helper is None:
-            for save in files:
+            for save in writes:
                 save()
         if png:
             for kind in kinds:
@@ -126,18 +161,29 @@ def write_run(
     for future, _ in handed:
         if not future.cancelled():
             future.result()
-    (out / "manifest.json").write_text(text)
-    return manifest
+    return manifest, text
 
 
-def _array_files(result: RunResult, out: Path, kinds: tuple[str, ...]) -> list[Callable[[], object]]:
+def save_array(files: DropBehind, path: Path, array: np.ndarray) -> None:
+    """``np.save(path, array)`` through ``files``."""
+    with files.create(path) as stream:
+        np.save(stream, array)
+
+
+def _write_archive(files: DropBehind, path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    with files.create(path) as stream:
+        save_npz(stream, arrays)
+
+
+def _array_files(result: RunResult, out: Path, kinds: tuple[str, ...], files: DropBehind) -> list[Callable[[], object]]:
     """A write for every array file of ``result`` but input.npy."""
-    files: list[Callable[[], object]] = []
+    writes: list[Callable[[], object]] = []
     if result.input_grad is not None:
-        files.append(partial(np.save, out / "input_grad.npy", result.input_grad.numpy()))
+        writes.append(partial(save_array, files, out / "input_grad.npy", result.input_grad.numpy()))
     for kind in kinds:
-        files.append(partial(save_npz, out / ARCHIVES[kind], {r.key: r.tensor.numpy() for r in result.of_kind(kind)}))
-    return files
+        arrays = {r.key: r.tensor.numpy() for r in result.of_kind(kind)}
+        writes.append(partial(_write_archive, files, out / ARCHIVES[kind], arrays))
+    return writes
 
 
 def _write_pictures(records: Sequence[Record], folder: Path, colormap: str, scaling: str) -> None:

@@ -372,3 +372,28 @@ def test_a_write_that_fails_is_one_line_and_leaves_no_manifest(
     assert (out / "a" / "input.npy").is_file()  # the folder is marked as an output, and claims nothing
     assert not (out / "a" / "manifest.json").exists() and not (out / "a" / DONE_FILE).exists()
     assert [r["status"] for r in read_summary(out)] == ["not run", "not run"]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="plain writes here: nothing is waited for")
+@pytest.mark.parametrize("behind", [True, False], ids=["written behind", "written after each run"])
+def test_an_image_whose_files_do_not_reach_the_disk_claims_nothing(
+    small_resnet, registry, folder, tmp_path, monkeypatch, behind
+):
+    """done.json is written once the image's files are on disk: an I/O error found then (fdatasync stands in for a
+    disk that fails after accepting the writes) is the image's one line, and it is not claimed."""
+    import errno
+
+    import app.core.batch as batch
+    from app.core.errors import HookscopeError
+
+    def failing(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(batch, "writes_behind", lambda device: behind)
+    monkeypatch.setattr(os, "fdatasync", failing)
+    out = tmp_path / "out"
+    with pytest.raises(HookscopeError) as raised:
+        run_batch(small_resnet, registry, [folder / "a.png", folder / "c.jpg"], out, root=folder, png=False)
+    assert str(raised.value) == f"Cannot write the results of 'a.png' to '{out / 'a'}': Input/output error."
+    assert (out / "a" / "activations.npz").is_file() and not (out / "a" / DONE_FILE).exists()
+    assert [r["status"] for r in read_summary(out)] == ["not run", "not run"]
