@@ -241,3 +241,41 @@ def test_the_signed_mosaic_is_zero_at_128_and_sampled_as_the_others(scaling: str
                 assert (layout.tile_h, layout.tile_w) == (-(-9 // step), -(-7 // step))
                 np.testing.assert_array_equal(image, _signed_reference(maps, scaling, order, pad, step))
     assert (signed_mosaic(channels, scaling, np.array([3]))[0] == 128).all()
+
+
+def _under_centres(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``image`` shown at ``size`` (width, height): each pixel the image's pixel under its centre, that is pixel
+    floor((i + 1/2) * height / shown height) of a row, likewise of a column (in integers: no rounding)."""
+    height, width = image.shape
+    rows = (2 * np.arange(size[1]) + 1) * height // (2 * size[1])
+    cols = (2 * np.arange(size[0]) + 1) * width // (2 * size[0])
+    return image[np.ix_(rows, cols)]
+
+
+@pytest.mark.parametrize("shape, scaling", _maps_cases())
+def test_a_mosaic_drawn_at_the_size_shown_is_the_sampled_mosaic_under_each_pixel_centre(
+        shape: tuple[int, int, int], scaling: str) -> None:
+    """The worker's picture (``shown``): every shown pixel is the value of the numpy mosaic sampled at ``step``
+    under its centre, whether the picture is smaller or larger than that mosaic, with any order and padding; the
+    A − B mosaic likewise."""
+    array = _values(1, *shape) + np.float32(0.3)
+    count = shape[0]
+    drawn = {"values": (display_channels(torch.from_numpy(array)), draw_mosaic),
+             "gradient": (display_channels(torch.from_numpy(array), magnitude=True), draw_mosaic),
+             "A − B": (display_of_array(ChannelData("maps", array[0])), signed_mosaic)}
+    for name, (channels, drawer) in drawn.items():
+        for order in (None, RNG.permutation(count), np.array([count - 1, 0, -1])[: max(1, min(3, count))]):
+            for step in (1, 2, 3):
+                for pad in (0, 1, 2):
+                    sampled, layout = drawer(channels, scaling, order, step, pad)
+                    if name != "A − B":  # the sampled mosaic itself: the numpy one's bytes
+                        values = np.abs(array[0]) if name == "gradient" else array[0]
+                        np.testing.assert_array_equal(sampled, mosaic(values, scaling, pad=pad, order=order,
+                                                                      step=step)[0])
+                    height, width = sampled.shape
+                    for size in ((width, height), (1, 1), (width // 2 + 1, height // 3 + 1), (37, 53),
+                                 (3 * width + 1, 2 * height), (width - 1, height + 1)):
+                        got, got_layout = drawer(channels, scaling, order, step, pad, shown=size)
+                        assert got_layout == layout and got.shape == (size[1], size[0])
+                        np.testing.assert_array_equal(got, _under_centres(sampled, size),
+                                                      err_msg=f"{name} {order=} {step=} {pad=} {size=}")
