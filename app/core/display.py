@@ -318,15 +318,11 @@ def _grid_indices(grid: ShownGrid, device: torch.device) -> tuple[torch.Tensor, 
     return torch.tensor(grid.rows, device=device), torch.tensor(grid.columns, device=device)
 
 
-def _per_tile_row(factors: tuple[np.ndarray, ...], total: int, grid: ShownGrid,
-                  device: torch.device) -> list[torch.Tensor]:
-    """Factors per channel (``total`` of them, or one for all) as (tile rows, 1, shown width), 0 on padding:
-    broadcast over each tile row's rows. One table, one gather for all of them."""
-    table = np.zeros((len(factors), total + 1), dtype=np.float32)  # the last column: padding (index -1)
-    for row, factor in zip(table, factors):
-        row[:-1] = factor.reshape(-1)
-    per_column = torch.from_numpy(table[:, grid.channels][:, :, None, :]).to(device)
-    return list(per_column)
+def _per_tile_row(per_channel: np.ndarray, grid: ShownGrid, device: torch.device) -> torch.Tensor:
+    """A factor per channel as (tile rows, 1, shown width), 0 on padding: broadcast over each tile row's rows."""
+    table = np.zeros(per_channel.size + 1, dtype=np.float32)  # the last entry: padding (index -1)
+    table[:-1] = per_channel
+    return torch.from_numpy(table[grid.channels][:, None, :]).to(device)
 
 
 def shown_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None, step: int, pad: int,
@@ -359,11 +355,11 @@ def shown_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | No
     if signed_scale is None:
         factors = scaling_factors(channels.ranges, scaling)
         assert factors is not None, "DisplayChannels hold finite values"
-        lo, scale = _per_tile_row(factors, total, grid, device)
+        lo, scale = (np.broadcast_to(f.reshape(-1), (total,)) for f in factors)
         # (v - lo) * scale + 0.5 as ``views.mosaic``: padding has lo and scale 0, so it is 0.5 and casts to 0
-        work.sub_(lo).mul_(scale).add_(0.5)
+        work.sub_(_per_tile_row(lo, grid, device)).mul_(_per_tile_row(scale, grid, device)).add_(0.5)
     else:
-        work.mul_(_per_tile_row((signed_scale,), total, grid, device)[0]).add_(128.5).clamp_(1, 255)
+        work.mul_(_per_tile_row(signed_scale, grid, device)).add_(128.5).clamp_(1, 255)
     picture = np.zeros((layout.rows * grid.n + 1, shown_w), dtype=np.uint8)  # the last row: padding rows' zeros
     if device.type == "cpu":
         np.copyto(picture[:-1], work.numpy().reshape(-1, shown_w), casting="unsafe")  # truncates, as views.mosaic
