@@ -14,9 +14,6 @@ on CUDA and MPS as on the CPU (where the tests check it); the scaling factors co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-
 import numpy as np
 import torch
 
@@ -29,7 +26,6 @@ from app.core.views import (
     non_finite_note,
     scaling_factors,
     shaped,
-    under_centres,
 )
 
 Ranges = tuple[np.ndarray, np.ndarray]
@@ -147,19 +143,16 @@ def channel_ranges(maps: torch.Tensor) -> Ranges:
 
 
 def draw_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1,
-                pad: int = 1, shown: tuple[int, int] | None = None) -> tuple[np.ndarray, MosaicLayout]:
+                pad: int = 1) -> tuple[np.ndarray, MosaicLayout]:
     """The uint8 mosaic of ``channels``' maps, keeping every ``step``-th row and column of each tile (``views.mosaic``
     with the same arguments gives the same bytes), drawn where the values are: only the finished image comes to
-    the CPU. ``shown`` (width, height): that mosaic at the size it is shown at instead, each pixel the one under
-    its centre (``shown_mosaic``).
+    the CPU.
 
     On the CPU the values' memory is numpy's too, and ``views.mosaic`` draws it (chunks through a buffer that stays
     in cache: 1.1-1.5x faster than the same arithmetic as torch's eager operations, measured single-threaded on
     ResNet-50's layers); on any other device ``device_mosaic`` draws it there."""
     if channels.kind != "maps" or channels.ranges is None:
         raise ValueError("draw_mosaic draws maps.")
-    if shown is not None:
-        return shown_mosaic(channels, scaling, order, step, pad, shown)
     if channels.values.device.type == "cpu":
         return mosaic(channels.values.numpy(), scaling, pad=pad, order=order, step=step, ranges=channels.ranges)
     return device_mosaic(channels, scaling, order, step, pad)
@@ -189,14 +182,16 @@ def device_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | N
 
 
 def signed_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1,
-                  pad: int = 1, shown: tuple[int, int] | None = None) -> tuple[np.ndarray, MosaicLayout]:
+                  pad: int = 1) -> tuple[np.ndarray, MosaicLayout]:
     """Signed maps (an A − B difference) as a uint8 mosaic with zero at 128 (values 1..255, padding 0), symmetric
     per channel (or one range for all: ``scaling`` "shared"), keeping every ``step``-th pixel of each tile: the tile
-    layout of ``views.mosaic``, so the panel's tile arithmetic works unchanged. Drawn on the values' device.
-    ``shown``: at the size shown, as ``draw_mosaic``."""
-    scale = _signed_scale(channels, scaling)
-    if shown is not None:
-        return shown_mosaic(channels, scaling, order, step, pad, shown, signed_scale=scale)
+    layout of ``views.mosaic``, so the panel's tile arithmetic works unchanged. Drawn on the values' device."""
+    assert channels.ranges is not None
+    low, high = channels.ranges
+    magnitude = np.maximum(np.abs(low), np.abs(high))  # the largest |v| of each channel: at one end of its range
+    if scaling == "shared":
+        magnitude = np.full_like(magnitude, magnitude.max(initial=0.0))
+    scale = np.divide(np.float32(127.0), magnitude, out=np.zeros_like(magnitude), where=magnitude > 0)
     sampled, layout, index = _sampled(channels, order, step, pad)
     if sampled is None:
         return np.zeros((0, 0), dtype=np.uint8), layout
@@ -209,16 +204,6 @@ def signed_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | N
     return _placed(work, layout), layout
 
 
-def _signed_scale(channels: DisplayChannels, scaling: str) -> np.ndarray:
-    """The A − B mosaic's factor per channel: 127 over the channel's largest |v| (or the largest of all)."""
-    assert channels.ranges is not None
-    low, high = channels.ranges
-    magnitude = np.maximum(np.abs(low), np.abs(high))  # the largest |v| of each channel: at one end of its range
-    if scaling == "shared":
-        magnitude = np.full_like(magnitude, magnitude.max(initial=0.0))
-    return np.divide(np.float32(127.0), magnitude, out=np.zeros_like(magnitude), where=magnitude > 0)
-
-
 def _sampled(
     channels: DisplayChannels, order: np.ndarray | None, step: int, pad: int
 ) -> tuple[torch.Tensor | None, MosaicLayout, np.ndarray | None]:
@@ -228,7 +213,14 @@ def _sampled(
         raise ValueError("mosaic step must be at least 1.")
     values = channels.values
     total, height, width = values.shape
-    index, order_tuple = _order_index(order, total)
+    index: np.ndarray | None = None
+    order_tuple: tuple[int, ...] | None = None
+    if order is not None:
+        index = np.asarray(order, dtype=np.intp).reshape(-1)
+        if index.size and (index.min() < -total or index.max() >= total):
+            raise ValueError("mosaic order holds a channel index out of range.")
+        index = np.where(index < 0, index + total, index)
+        order_tuple = tuple(int(i) for i in index)
     count = total if index is None else index.size
     layout = mosaic_layout(count, -(-height // step), -(-width // step), None, pad, order_tuple)
     if not layout.rows:
@@ -255,128 +247,3 @@ def _placed(work: torch.Tensor, layout: MosaicLayout) -> np.ndarray:
     picture_h, picture_w = mosaic_size(layout)  # the last padding row and column are not part of the mosaic
     cropped = picture.view(rows * (h + pad), cols * (w + pad))[:picture_h, :picture_w]
     return np.ascontiguousarray(cropped.cpu().numpy())
-
-
-@dataclass(frozen=True, eq=False)
-class ShownGrid:
-    """Where each pixel of a step-sampled mosaic, shown at another size, takes its value from: the value under the
-    pixel's centre (``views.under_centres``), found by two gathers of whole rows and columns, since an
-    element-wise gather (``take``) costs several times more a pixel here (measured on ResNet-50's panels).
-
-    ``rows``: rows of the (C·H, W) values as (tile rows, n, tile columns): the shown rows of each tile row (n at most;
-    a tile row with fewer repeats its row 0 and drops it later), each in every tile column's channel, so that side
-    by side they are n rows of (tile columns · W) values per tile row. ``columns``: the column of those rows under
-    each shown column's centre (0 on padding). ``channels``: per tile row and shown column, the channel shown (-1 on
-    padding and past the last tile): the scaling broadcasts over a tile row's n rows. ``picked``: the row of the
-    (tile rows · n) rows that each shown row is, or the one after them (padding: zeros)."""
-
-    rows: np.ndarray  # int64 (R * n * L,)
-    columns: np.ndarray  # int64 (shown width,)
-    channels: np.ndarray  # intp (R, shown width)
-    picked: np.ndarray  # intp (shown height,)
-    n: int
-
-    @property
-    def blank(self) -> np.ndarray:
-        """Per tile row and shown column: padding, or past the last tile."""
-        return self.channels < 0
-
-
-@lru_cache(maxsize=256)
-def shown_grid(layout: MosaicLayout, height: int, width: int, step: int, shown: tuple[int, int]) -> ShownGrid:
-    """The ``ShownGrid`` of maps of ``height`` x ``width`` laid out as ``layout`` (the mosaic sampled at ``step``:
-    tiles of ceil(height / step) x ceil(width / step)) and shown at ``shown`` (width, height). Made once per layout,
-    step and size (the same after every run of the same model)."""
-    shown_w, shown_h = shown
-    mosaic_h, mosaic_w = mosaic_size(layout)
-    # the sampled mosaic's pixel under each shown pixel's centre, in its tile
-    tile_row, y = np.divmod(under_centres(mosaic_h, shown_h), layout.tile_h + layout.pad)
-    tile_col, x = np.divmod(under_centres(mosaic_w, shown_w), layout.tile_w + layout.pad)
-    inside = np.flatnonzero(y < layout.tile_h)
-    block = tile_row[inside]  # non-decreasing
-    n = int(np.bincount(block, minlength=layout.rows).max()) if inside.size else 0
-    place = np.arange(inside.size) - np.searchsorted(block, block)  # a shown row's place among its tile row's
-    ys = np.zeros((layout.rows, max(n, 1)), dtype=np.int64)
-    ys[block, place] = y[inside] * step
-    picked = np.full(shown_h, layout.rows * n, dtype=np.intp)
-    picked[inside] = block * n + place
-    tiles = np.arange(layout.rows * layout.cols).reshape(layout.rows, layout.cols)
-    shown_channels = np.asarray(layout.order if layout.order is not None else range(layout.channels), dtype=np.intp)
-    tile_channel = np.where(tiles < layout.channels, shown_channels[np.minimum(tiles, layout.channels - 1)], -1)
-    rows = (np.maximum(tile_channel, 0)[:, None, :] * height + ys[:, :, None]).reshape(-1)
-    in_tile = x < layout.tile_w
-    columns = np.where(in_tile, tile_col * width + x * step, 0).astype(np.int64)
-    channels = np.where(in_tile[None, :], tile_channel[:, tile_col], -1)
-    for array in (rows, columns, channels, picked):
-        array.flags.writeable = False  # shared by every picture of the same layout
-    return ShownGrid(rows, columns, channels, picked, n)
-
-
-@lru_cache(maxsize=256)
-def _grid_indices(grid: ShownGrid, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The grid's row and column indices as tensors on ``device`` (moved once)."""
-    return torch.tensor(grid.rows, device=device), torch.tensor(grid.columns, device=device)
-
-
-def _per_tile_row(per_channel: np.ndarray, grid: ShownGrid, device: torch.device) -> torch.Tensor:
-    """A factor per channel as (tile rows, 1, shown width), 0 on padding: broadcast over each tile row's rows."""
-    table = np.zeros(per_channel.size + 1, dtype=np.float32)  # the last entry: padding (index -1)
-    table[:-1] = per_channel
-    return torch.from_numpy(table[grid.channels][:, None, :]).to(device)
-
-
-def shown_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None, step: int, pad: int,
-                 shown: tuple[int, int], signed_scale: np.ndarray | None = None) -> tuple[np.ndarray, MosaicLayout]:
-    """The mosaic that ``draw_mosaic`` (or, with ``signed_scale``, ``signed_mosaic``) draws at ``step``, shown at
-    ``shown`` (width, height): each pixel is the sampled mosaic's pixel under its centre (``views.under_centres``),
-    but only the pixels shown are scaled, from the values' device (one
-    pass over the shown pixels instead of the sampled mosaic and a resampling of it; about 2x faster on ResNet-50's
-    panels here). Returns the sampled mosaic's layout."""
-    assert channels.ranges is not None
-    values = channels.values
-    total, height, width = values.shape
-    index, order_tuple = _order_index(order, total)
-    if step < 1:
-        raise ValueError("mosaic step must be at least 1.")
-    count = total if index is None else index.size
-    layout = mosaic_layout(count, -(-height // step), -(-width // step), None, pad, order_tuple)
-    shown_w, shown_h = shown
-    if not layout.rows or shown_w < 1 or shown_h < 1:
-        return np.zeros((max(shown_h, 0), max(shown_w, 0)), dtype=np.uint8), layout
-    grid = shown_grid(layout, height, width, step, (shown_w, shown_h))
-    if not grid.n:  # every shown row on padding
-        return np.zeros((shown_h, shown_w), dtype=np.uint8), layout
-    device = values.device
-    rows, columns = _grid_indices(grid, device)
-    tile_cols = layout.cols
-    work = (values.reshape(total * height, width).index_select(0, rows)
-            .view(layout.rows * grid.n, tile_cols * width).index_select(1, columns)
-            .view(layout.rows, grid.n, shown_w))
-    if signed_scale is None:
-        factors = scaling_factors(channels.ranges, scaling)
-        assert factors is not None, "DisplayChannels hold finite values"
-        lo, scale = (np.broadcast_to(f.reshape(-1), (total,)) for f in factors)
-        # (v - lo) * scale + 0.5 as ``views.mosaic``: padding has lo and scale 0, so it is 0.5 and casts to 0
-        work.sub_(_per_tile_row(lo, grid, device)).mul_(_per_tile_row(scale, grid, device)).add_(0.5)
-    else:
-        work.mul_(_per_tile_row(signed_scale, grid, device)).add_(128.5).clamp_(1, 255)
-    picture = np.zeros((layout.rows * grid.n + 1, shown_w), dtype=np.uint8)  # the last row: padding rows' zeros
-    if device.type == "cpu":
-        np.copyto(picture[:-1], work.numpy().reshape(-1, shown_w), casting="unsafe")  # truncates, as views.mosaic
-    else:
-        picture[:-1] = work.view(-1, shown_w).to(torch.uint8).cpu().numpy()
-    if signed_scale is not None:
-        picture[:-1].reshape(layout.rows, grid.n, shown_w)[np.broadcast_to(grid.blank[:, None, :],
-                                                                           (layout.rows, grid.n, shown_w))] = 0
-    return picture.take(grid.picked, axis=0), layout
-
-
-def _order_index(order: np.ndarray | None, total: int) -> tuple[np.ndarray | None, tuple[int, ...] | None]:
-    """A mosaic's channel order as non-negative indices and as the layout's tuple; checked against ``total``."""
-    if order is None:
-        return None, None
-    index = np.asarray(order, dtype=np.intp).reshape(-1)
-    if index.size and (index.min() < -total or index.max() >= total):
-        raise ValueError("mosaic order holds a channel index out of range.")
-    index = np.where(index < 0, index + total, index)
-    return index, tuple(int(i) for i in index)

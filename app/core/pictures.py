@@ -65,8 +65,7 @@ class Arrangement:
     layout: MosaicLayout | None  # where each channel's tile is in the full mosaic (maps)
     order: np.ndarray | None  # channel order shown (None: natural order)
     values: np.ndarray | None  # vector values in display order
-    # maps: draw(step, shown=None), the uint8 mosaic keeping every step-th pixel of a tile, or that at size shown
-    draw: Callable[..., np.ndarray] | None = None
+    draw: Callable[[int], np.ndarray] | None = None  # maps: the uint8 mosaic keeping every step-th pixel of a tile
     ranges: tuple[np.ndarray, np.ndarray] | None = None  # maps: per-channel (min, max)
 
     @cached_property
@@ -79,13 +78,6 @@ class Arrangement:
         if self.draw is None:
             return None
         return self.image if step <= 1 else self.draw(step)
-
-    def shown(self, step: int, size: tuple[int, int]) -> np.ndarray | None:
-        """``sampled(step)`` shown at ``size`` (width, height): each pixel the one under its centre
-        (``views.under_centres``), drawn without the sampled mosaic (``display.shown_mosaic``)."""
-        if self.draw is None:
-            return None
-        return self.draw(max(1, step), size)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -176,8 +168,8 @@ def maps_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray 
     total, height, width = channels.shape
     layout = mosaic_layout(len(shown) if shown is not None else total, height, width, order=shown)
 
-    def draw(step: int, shown: tuple[int, int] | None = None) -> np.ndarray:
-        return drawer(channels, scaling, order, step, shown=shown)[0]
+    def draw(step: int) -> np.ndarray:
+        return drawer(channels, scaling, order, step)[0]
 
     return Arrangement(layout, order, None, draw, channels.ranges)
 

@@ -11,8 +11,7 @@ from PySide6.QtGui import QImage, QPainter
 from app.core.hooks import Record
 from app.core.pictures import PanelPicture, PanelSettings, picture_of
 from app.core.resources import colormap_lut
-from app.core.views import under_centres
-from app.ui.state.rendering import FIT_PADDING, fitted_size, render_mosaic, rendered_for, with_rendering
+from app.ui.state.rendering import FIT_PADDING, fitted_size, nearest, render_mosaic, rendered_for, with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
 
@@ -84,11 +83,11 @@ def test_a_small_mosaic_is_coloured_enlarged_to_the_size_shown(qapp) -> None:
     assert_shows_the_mosaic_scaled(rendered, picture)
 
 
-def test_each_shown_pixel_is_the_source_pixel_under_its_centre() -> None:
-    assert under_centres(4, 4).tolist() == [0, 1, 2, 3]
-    assert under_centres(4, 2).tolist() == [1, 3]  # centres at 1.0 and 3.0
-    assert under_centres(3, 6).tolist() == [0, 0, 1, 1, 2, 2]
-    assert under_centres(7, 3).tolist() == [1, 3, 5]  # centres at 7/6, 3.5 and 35/6
+def test_nearest_keeps_the_pixel_under_each_centre() -> None:
+    image = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert nearest(image, (4, 3)) is image
+    np.testing.assert_array_equal(nearest(image, (2, 3)), image[:, [1, 3]])  # centres at 1.0 and 3.0
+    np.testing.assert_array_equal(nearest(image, (8, 6)), image.repeat(2, axis=0).repeat(2, axis=1))
 
 
 def test_the_workers_rendering_is_used_only_while_it_fits(qapp) -> None:
