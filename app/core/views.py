@@ -209,6 +209,13 @@ def mosaic_size(layout: MosaicLayout) -> tuple[int, int]:
     return layout.rows * (layout.tile_h + layout.pad) - layout.pad, layout.cols * (layout.tile_w + layout.pad) - layout.pad
 
 
+def under_centres(source: int, shown: int) -> np.ndarray:
+    """For each of ``shown`` pixels spanning ``source`` pixels, the source pixel under its centre:
+    floor((i + 1/2) * source / shown), in integers (no rounding): what the raster engine shows of an image painted
+    scaled without smoothing, and the rule a mosaic shown at another size follows (``rendering.nearest``)."""
+    return (np.arange(shown) * 2 + 1) * source // (2 * shown)
+
+
 def channel_ranges(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel (min, max) of (C, H, W) maps: what per-channel scaling needs, computed once per picture.
     A NaN in a channel makes its min and max NaN (an inf shows as one of them)."""

@@ -11,6 +11,7 @@ from PySide6.QtGui import QImage, QPainter
 from app.core.hooks import Record
 from app.core.pictures import PanelPicture, PanelSettings, picture_of
 from app.core.resources import colormap_lut
+from app.core.views import under_centres
 from app.ui.state.rendering import FIT_PADDING, fitted_size, nearest, render_mosaic, rendered_for, with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
@@ -88,6 +89,7 @@ def test_nearest_keeps_the_pixel_under_each_centre() -> None:
     assert nearest(image, (4, 3)) is image
     np.testing.assert_array_equal(nearest(image, (2, 3)), image[:, [1, 3]])  # centres at 1.0 and 3.0
     np.testing.assert_array_equal(nearest(image, (8, 6)), image.repeat(2, axis=0).repeat(2, axis=1))
+    assert under_centres(7, 3).tolist() == [1, 3, 5]  # centres at 7/6, 3.5 and 35/6: no rounding
 
 
 def test_the_workers_rendering_is_used_only_while_it_fits(qapp) -> None:

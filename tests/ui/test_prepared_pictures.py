@@ -10,7 +10,8 @@ from app.core.hooks import HookRegistry
 from app.core.pictures import PanelSettings
 from app.core.pipeline import ModelSource, open_model
 from app.core.resources import sample_image
-from app.core.views import as_channels, mosaic
+from app.core.views import as_channels, mosaic, under_centres
+from app.ui.state.rendering import color_table, lut_of
 from app.ui.state.requests import ImageSource, RunRequest, execute_run
 
 TICKS = [("layer1.0.conv1", "forward"), ("layer1.0.conv1", "tensor"), ("layer3.1", "forward"), ("layer3.1", "tensor"),
@@ -46,6 +47,15 @@ def test_a_run_is_prepared_without_full_resolution_copies(qapp) -> None:
             continue
         rendered = picture.rendered  # coloured in the worker at about the size shown, whatever the layer's size
         assert rendered is not None and rendered.qimage.width() < 2 * 300 and rendered.qimage.height() < 2 * 280
+        # each pixel painted is the colour of the sampled mosaic's pixel under its centre
+        qimage = rendered.qimage
+        height, width = picture.arrangement.size
+        step = max(1, min(width // qimage.width(), height // qimage.height()))
+        sampled = picture.arrangement.sampled(step)
+        under = sampled[np.ix_(under_centres(sampled.shape[0], qimage.height()),
+                               under_centres(sampled.shape[1], qimage.width()))]
+        painted = np.frombuffer(qimage.constBits(), np.uint32).reshape(qimage.height(), -1)[:, : qimage.width()]
+        np.testing.assert_array_equal(painted, np.array(color_table(lut_of(picture)), dtype=np.uint32)[under])
         for step in (1, 2, 3):  # the sampled mosaic is the numpy one's at any step
             want = mosaic(expected.data, picture.settings.scaling, order=picture.arrangement.order, step=step)[0]
             np.testing.assert_array_equal(picture.arrangement.sampled(step), want)

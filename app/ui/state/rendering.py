@@ -12,6 +12,7 @@ from PySide6.QtGui import QImage
 from app.core.ab_pictures import diverging_lut
 from app.core.pictures import Arrangement, PanelPicture
 from app.core.resources import colormap_lut
+from app.core.views import under_centres
 
 DIFF_LUT = "diff"  # the signed A − B views' lookup table (``diverging_lut``); every other key is a colormap name
 
@@ -56,8 +57,7 @@ def nearest(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     height, width = image.shape
     if (width, height) == size:
         return image
-    rows = (np.arange(size[1]) * 2 + 1) * height // (2 * size[1])
-    cols = (np.arange(size[0]) * 2 + 1) * width // (2 * size[0])
+    rows, cols = under_centres(height, size[1]), under_centres(width, size[0])
     # Rows taken whole (a copy of lines), columns gathered on the fewer rows: about 0.05 ms for a panel of 350x350
     # here, where take(axis=1) takes twice that and one 2-D fancy index (rows[:, None], cols) 0.6 ms.
     if size[1] <= height:
