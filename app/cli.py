@@ -134,7 +134,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
         "--layers", help="'all' (default) or module paths separated by commas; with --batch: 10 spread modules"
     )
     bench.add_argument(
-        "--batch", action="store_true", help="batch throughput: 'export --images' against bare inference"
+        "--batch", action="store_true", help="batch throughput: 'export --images' against bare inference and a plain PyTorch + np.savez floor"
     )
     bench.add_argument("--images", type=int, default=100, metavar="N", help="with --batch: images (default: 100)")
     bench.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds to register per layer: forward,pre,backward,tensor,grad_input (default: forward,backward)")
@@ -520,7 +520,10 @@ def run_export_session(args: argparse.Namespace) -> int:
 
 
 def run_bench_batch(args: argparse.Namespace) -> int:
-    """bench --batch: export --images throughput against bare inference over the same files, in one process."""
+    """bench --batch: export --images throughput against bare inference and a plain-script floor over the same
+    files, in one process."""
+    from statistics import median
+
     from app.core.batch_bench import batch_benchmark
 
     layers = 10 if args.layers is None else (1 << 30 if args.layers == "all" else _csv(args.layers))
@@ -530,14 +533,24 @@ def run_bench_batch(args: argparse.Namespace) -> int:
     print(f"modules hooked ({'+'.join(result.kinds)}): {', '.join(result.modules)}")
     print(
         f"{args.model}, {result.images} images, {len(result.modules)} modules, PNGs off, interleaved rounds of "
-        f"{result.chunk}: bare {result.bare_rate:.2f} img/s, batch {result.batch_rate:.2f} img/s, "
-        f"ratio {result.ratio:.3f} (wrote {result.written_bytes / 1e9:.2f} GB)"
+        f"{result.chunk} (each side first in turn): bare {result.bare_rate:.2f} img/s, floor (plain PyTorch hooks + "
+        f"np.savez) {result.floor_rate:.2f} img/s, batch {result.batch_rate:.2f} img/s"
     )
-    rounds = result.round_ratios
     print(
-        f"per-round ratios ({torch.get_num_threads()} torch threads; median {sorted(rounds)[len(rounds) // 2]:.3f}): "
-        + ", ".join(f"{r:.2f}" for r in rounds)
+        f"throughput ratio (all images): batch/bare {result.ratio:.3f}, floor/bare {result.floor_ratio:.3f}, "
+        f"batch/floor {result.above_floor:.3f}"
     )
+    print(
+        f"wrote: batch {result.batch_bytes / 1e9:.3f} GB, floor {result.floor_bytes / 1e9:.3f} GB "
+        f"(batch/floor bytes {result.batch_bytes / max(1, result.floor_bytes):.3f})"
+    )
+    print(f"per-round ratios ({torch.get_num_threads()} torch threads):")
+    for label, ratios in (
+        ("batch/bare", result.round_ratios),
+        ("floor/bare", result.round_floor_ratios),
+        ("batch/floor", result.round_above_floor),
+    ):
+        print(f"  {label} median {median(ratios):.3f}: " + ", ".join(f"{r:.2f}" for r in ratios))
     return 0
 
 
