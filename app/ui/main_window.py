@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PIL import Image
-from PySide6.QtCore import QByteArray, QPoint, Qt, Signal
+from PySide6.QtCore import QByteArray, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QScrollArea,
+    QStyle,
     QVBoxLayout,
     QWidget,
 )
@@ -101,6 +102,7 @@ class MainWindow(QMainWindow):
         self._paste_count = 0
         self._channel_dock_sized = False
         self._docks_fitted = False
+        self._fitted_size: QSize | None = None  # the size _fit_into_screen chose, until the first show
 
         self.workspace = space = Workspace(weights, device, checks, self, check_kinds)
         self._build_views()
@@ -111,6 +113,7 @@ class MainWindow(QMainWindow):
             self.features[feature_id] = feature(space, self)
         self.resize(1560, 980)
         self._layout_restored = remember and self._restore_layout()
+        self._fit_into_screen()
         space.start(model, image)
 
     # ============================================================================================ building ====
@@ -481,6 +484,29 @@ class MainWindow(QMainWindow):
         self._docks["channel"].setVisible(False)
         return bool(restored)
 
+    def _fit_into_screen(self) -> None:
+        """The window with its frame no larger than the screen's free area, and on it: the default size, or one
+        saved on a larger monitor, would otherwise reach past a laptop's screen (Windows, and X11 without a window
+        manager, leave it so). Before the frame is known, a title bar's height is kept free for it, as Qt's own
+        restoreGeometry does; once shown, the real frame."""
+        screen = self.screen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        frame = self.frameGeometry()
+        extra = QSize(frame.width() - self.width(), frame.height() - self.height())
+        if extra.isNull():  # not shown yet
+            extra = QSize(0, self.style().pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight))
+        room = QSize(max(1, area.width() - extra.width()), max(1, area.height() - extra.height()))
+        size = self.size().boundedTo(room)
+        if size != self.size():
+            self.resize(size)
+        self._fitted_size = size
+        frame = QRect(self.frameGeometry().topLeft(), size + extra)
+        if not area.contains(frame):  # restored where another monitor was: moved onto this one
+            self.move(min(max(frame.x(), area.left()), area.left() + area.width() - frame.width()),
+                      min(max(frame.y(), area.top()), area.top() + area.height() - frame.height()))
+
     def fit_docks(self) -> None:
         """Side columns in proportion to the window, so the panels keep most of a laptop screen: at 1024 px the
         panel area keeps about 530 px (two panels side by side), at 1920 px about 1240."""
@@ -499,6 +525,10 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
+        if self._fitted_size is not None:
+            if self.size() == self._fitted_size:  # again, now that the frame is known (a size set since stays)
+                self._fit_into_screen()
+            self._fitted_size = None
         if not self._layout_restored and not self._docks_fitted:
             self._docks_fitted = True
             self.fit_docks()

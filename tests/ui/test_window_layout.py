@@ -121,3 +121,28 @@ def test_the_trees_tick_columns_fit_the_modules_dock(make_window, qtbot, size) -
         title = max(header.fontMetrics().horizontalAdvance(line) for line in shown.split("\n"))
         assert header.sectionSize(column) >= title + 6, (HEADERS[column], header.sectionSize(column), title)
     assert tree.horizontalScrollBar().value() == 0
+
+
+def test_the_window_fits_the_screen_whatever_size_was_saved(make_window, qtbot) -> None:
+    """The default size (1560x980) and a size saved on a larger monitor, somewhere off this screen, both open
+    inside the screen's free area, frame included: nothing of the window out of reach."""
+    from PySide6.QtCore import QByteArray, QSize
+
+    from app.ui.state.settings import app_settings
+
+    def check(window) -> None:
+        area = window.screen().availableGeometry()
+        assert area.width() < 1560 or area.height() < 980  # the offscreen screen: smaller than the default size
+        assert area.contains(window.frameGeometry()), (window.frameGeometry(), area)  # the frame too
+        assert window.width() >= area.width() - 50  # fitted, not shrunk further
+
+    first = make_window(remember=True)
+    check(first)
+    first.resize(QSize(3000, 2000))
+    first.move(4000, 3000)
+    saved = first.saveGeometry()
+    first.close()
+    settings = app_settings()
+    settings.setValue("window/geometry", QByteArray(saved))
+    settings.sync()
+    check(make_window(remember=True))
