@@ -1,0 +1,107 @@
+"""MkDocs hook: the two parts of the guide that are not written by hand.
+
+- ``reference/cli.md``: the command-line reference, rendered from the very argparse parsers that ``hookscope``
+  parses its arguments with (``app.cli`` and ``app.cli_scan``), so ``--help`` and the guide cannot drift.
+- ``screenshots/*.png``: taken from ``resources/screenshots/`` (the files the README shows too), not copied.
+
+``tests/core/test_docs.py`` loads this file to check that every subcommand and option is in the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "resources" / "screenshots"
+REFERENCE = "reference/cli.md"
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """``{"": the window's parser, "export": ..., ...}``: every parser ``hookscope`` dispatches to."""
+    from app import cli
+    from app.cli_scan import build_scan_parser
+
+    gui, export, bench, download = cli.build_parsers()
+    parsers = {"": gui, "export": export, "bench": bench, "download": download,
+               "visualize": cli.build_visualize_parser(), "lessons": cli.build_lessons_parser(),
+               "scan": build_scan_parser()}  # fmt: skip
+    missing = set(cli.SUBCOMMANDS) - set(parsers)
+    if missing:  # a subcommand added to the CLI must be added here, or the reference would silently lack it
+        raise RuntimeError(f"docs/hooks/guide_files.py does not know the subcommand(s) {sorted(missing)}")
+    return parsers
+
+
+def _help_text(parser: argparse.ArgumentParser) -> str:
+    # A fixed width, so the reference does not depend on the terminal it was built in.
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        return parser.format_help()
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _options_table(parser: argparse.ArgumentParser) -> list[str]:
+    rows = ["| option | default | what it does |", "| --- | --- | --- |"]
+    for action in parser._actions:  # argparse keeps no public list of its arguments
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if action.option_strings:
+            metavar = action.metavar or (action.dest.upper() if action.nargs != 0 else None)
+            names = ", ".join(f"`{name}{' ' + metavar if metavar else ''}`" for name in action.option_strings)
+        else:
+            names = f"`{action.metavar or action.dest}`"
+        default = action.default
+        shown = "" if default in (None, False, argparse.SUPPRESS) or isinstance(action, argparse._VersionAction) else (
+            ",".join(default) if isinstance(default, list) else str(default))
+        what = (action.help or "").replace("%(default)s", str(default))
+        if action.choices:
+            what += f" (one of: {', '.join(map(str, action.choices))})"
+        if action.required:
+            what += " **Required.**"
+        rows.append(f"| {names} | {_escape(f'`{shown}`' if shown else '')} | {_escape(what)} |")
+    return rows
+
+
+def render_reference() -> str:
+    """The whole reference page, as Markdown."""
+    out = [
+        "# Command-line reference",
+        "",
+        "Generated from the argparse parsers of `hookscope` when the guide is built, so it says exactly what",
+        "`hookscope --help` and `hookscope SUBCOMMAND --help` say. The guide's pages explain what each command is",
+        "for: [the window](../window.md), [export](../sessions-exports.md), [edits](../edits.md),",
+        "[your own model](../own-model.md), [scan](../scan.md), [visualize](../dream.md),",
+        "[lessons](../lessons.md), [bench](../performance.md).",
+        "",
+        "Errors exit non-zero with one readable line on stderr (exit 2: an error you can fix; 1: a bug in",
+        "Hookscope); `--debug` shows the traceback.",
+        "",
+    ]
+    for name, parser in command_parsers().items():
+        title = f"hookscope {name}".strip()
+        out += [f"## `{title}`", ""]
+        if parser.description:
+            out += [_escape(parser.description), ""]
+        out += ["```text", _help_text(parser).rstrip(), "```", ""]
+        out += _options_table(parser) + [""]
+    return "\n".join(out)
+
+
+def on_files(files, config):
+    """Add the generated reference and the screenshots to the site's files."""
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, REFERENCE, content=render_reference()))
+    for image in sorted(SCREENSHOTS.glob("*.png")):
+        files.append(File.generated(config, f"screenshots/{image.name}", abs_src_path=str(image)))
+    return files
