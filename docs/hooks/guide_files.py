@@ -53,16 +53,17 @@ def _escape(text: str) -> str:
 def _options_table(parser: argparse.ArgumentParser) -> list[str]:
     rows = ["| option | default | what it does |", "| --- | --- | --- |"]
     for action in parser._actions:  # argparse keeps no public list of its arguments
-        if isinstance(action, argparse._HelpAction):
-            continue
         if action.option_strings:
             metavar = action.metavar or (action.dest.upper() if action.nargs != 0 else None)
             names = ", ".join(f"`{name}{' ' + metavar if metavar else ''}`" for name in action.option_strings)
         else:
             names = f"`{action.metavar or action.dest}`"
         default = action.default
-        shown = "" if default in (None, False, argparse.SUPPRESS) or isinstance(action, argparse._VersionAction) else (
-            ",".join(default) if isinstance(default, list) else str(default))
+        shown = (
+            ""
+            if default in (None, False, argparse.SUPPRESS) or isinstance(action, argparse._VersionAction)
+            else (",".join(default) if isinstance(default, list) else str(default))
+        )
         what = (action.help or "").replace("%(default)s", str(default))
         if action.choices:
             what += f" (one of: {', '.join(map(str, action.choices))})"
