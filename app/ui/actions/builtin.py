@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from PySide6.QtCore import QStandardPaths, Qt
-from PySide6.QtGui import QKeySequence
+from PySide6.QtCore import QStandardPaths, Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
+from app.core.guide import BUILD_HINT, find_guide
 from app.core.images import IMAGE_SUFFIXES
 from app.core.pictures import SCALINGS
 from app.core.resources import COLORMAPS, sample_image
@@ -31,6 +32,10 @@ the input tensors are used instead; the tree's tooltip says which.<br><br>
 Every tick is a real hook on the live model, and every untick removes it. Hooks &gt; Hook inspector lists every
 live handle with the plain PyTorch that registers it."""
 LAST_FOLDER_KEY = "last_image_folder"
+NO_GUIDE = f"""<b>The user guide is not part of this installation.</b><br><br>
+The installer ships it (Help &gt; User guide opens it offline). In a source checkout, build it with
+<code>{BUILD_HINT}</code>; its pages are also readable as Markdown in the checkout's <code>docs/</code> folder,
+starting from <code>README.md</code>."""
 
 
 class Shell(Protocol):
@@ -46,6 +51,8 @@ class Shell(Protocol):
     def save_screenshot(self, path: str) -> bool: ...
 
     def show_error(self, message: str, dialog: bool = True) -> None: ...
+
+    def show_status(self, message: str, msecs: int = 5000) -> None: ...
 
     def recent_files(self) -> list[str]: ...
 
@@ -96,6 +103,19 @@ def inform(parent: QWidget, title: str, text: str) -> None:
     box.open()
 
 
+def open_user_guide(shell: Shell) -> None:
+    """Help > User guide: the local built guide in the desktop's browser (the bundle ships one), else its
+    Markdown in a checkout, else a note on where to find it."""
+    guide = find_guide()
+    if guide is None:
+        inform(shell, "User guide", NO_GUIDE)
+        return
+    if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide.path))):
+        shell.show_error(f"Could not open the user guide: no program opens '{guide.path}' on this desktop.")
+        return
+    shell.show_status(guide.note, 10000)
+
+
 def builtin_actions(shell: Shell) -> list[ActionSpec]:
     space = shell.workspace
     specs = [
@@ -116,8 +136,10 @@ def builtin_actions(shell: Shell) -> list[ActionSpec]:
         ActionSpec("hooks.filter", "Filter modules", "Hooks", shell.focus_filter, group=10, order=20,
                    shortcut=Key.Find),
         ActionSpec("hooks.run_again", "Run again", "Hooks", space.run_again, group=10, order=30, shortcut="F5"),
+        ActionSpec("help.guide", "User guide", "Help", lambda: open_user_guide(shell), group=10, order=10,
+                   shortcut=Key.HelpContents, tooltip="Open the user guide (offline copy) in your browser"),
         ActionSpec("help.hooks", "The hooks behind the ticks", "Help", lambda: inform(shell, "Hooks", HOOKS_HELP),
-                   group=10),
+                   group=10, order=20),
         ActionSpec("help.about", "About Hookscope", "Help", lambda: show_about(shell), group=90),
     ]
     for field, title, choices in (
