@@ -48,6 +48,12 @@ if ($WithWeights.Count -gt 0) {
   Run $Py (@("-m", "app.core.bundled_weights", "build\weights") + $WithWeights)
   $env:HOOKSCOPE_WEIGHTS_DIR = "$PWD\build\weights"
 }
+# The user guide, shipped for Help > User guide (offline).
+Run $Py @("-m", "pip", "install", ".[docs]")
+Remove-Item -Recurse -Force build\guide -ErrorAction SilentlyContinue
+$env:NO_MKDOCS_2_WARNING = "1"
+Run $Py @("-m", "mkdocs", "build", "--strict", "--site-dir", "build\guide")
+$env:HOOKSCOPE_GUIDE_DIR = "$PWD\build\guide"
 Run $Py @("-m", "PyInstaller", "--noconfirm", "--clean", "--distpath", "dist", "--workpath", "build\pyinstaller-$Variant", "packaging\hookscope.spec")
 if ($Variant -eq "cpu") { Run $Py @("packaging\bundle_checks.py", "no-cuda", "dist\hookscope") }
 Run $Py @("packaging\bundle_checks.py", "max-size", "dist\hookscope")

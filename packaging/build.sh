@@ -100,6 +100,12 @@ if [ ${#WEIGHTS[@]} -gt 0 ]; then
   export HOOKSCOPE_WEIGHTS_DIR="$ROOT/build/weights"
 fi
 
+step "user guide (shipped in the bundle: Help > User guide opens it offline)"
+run "$VPY" -m pip install --quiet ".[docs]"
+run rm -rf build/guide
+run env NO_MKDOCS_2_WARNING=1 "$VPY" -m mkdocs build --strict --site-dir build/guide
+export HOOKSCOPE_GUIDE_DIR="$ROOT/build/guide"
+
 step "PyInstaller"
 run rm -rf dist/hookscope
 run "$VPY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath "build/pyinstaller-$VARIANT" packaging/hookscope.spec
