@@ -51,25 +51,21 @@ def _escape(text: str) -> str:
 
 
 def _options_table(parser: argparse.ArgumentParser) -> list[str]:
+    """One row per argument: as ``--help`` writes it (``--by {max,mean}``, ``--ray [ADDRESS]``), its default, its
+    help text."""
+    formatter = parser._get_formatter()  # argparse keeps no public list of its arguments, nor of their spelling
     rows = ["| option | default | what it does |", "| --- | --- | --- |"]
-    for action in parser._actions:  # argparse keeps no public list of its arguments
-        if action.option_strings:
-            metavar = action.metavar or (action.dest.upper() if action.nargs != 0 else None)
-            names = ", ".join(f"`{name}{' ' + metavar if metavar else ''}`" for name in action.option_strings)
-        else:
-            names = f"`{action.metavar or action.dest}`"
+    for action in parser._actions:
+        spelled = formatter._format_action_invocation(action)
+        names = ", ".join(f"`{part}`" for part in spelled.split(", ")) if action.option_strings else f"`{spelled}`"
         default = action.default
-        shown = (
-            ""
-            if default in (None, False, argparse.SUPPRESS) or isinstance(action, argparse._VersionAction)
-            else (",".join(default) if isinstance(default, list) else str(default))
-        )
+        hidden = default is None or default is False or default == argparse.SUPPRESS
+        shown = "" if hidden or isinstance(action, argparse._VersionAction) else (
+            ",".join(map(str, default)) if isinstance(default, list) else str(default))  # fmt: skip
         what = (action.help or "").replace("%(default)s", str(default))
-        if action.choices:
-            what += f" (one of: {', '.join(map(str, action.choices))})"
         if action.required:
             what += " **Required.**"
-        rows.append(f"| {names} | {_escape(f'`{shown}`' if shown else '')} | {_escape(what)} |")
+        rows.append(f"| {_escape(names)} | {_escape(f'`{shown}`' if shown else '')} | {_escape(what)} |")
     return rows
 
 
@@ -91,8 +87,6 @@ def render_reference() -> str:
     for name, parser in command_parsers().items():
         title = f"hookscope {name}".strip()
         out += [f"## `{title}`", ""]
-        if parser.description:
-            out += [_escape(parser.description), ""]
         out += ["```text", _help_text(parser).rstrip(), "```", ""]
         out += _options_table(parser) + [""]
     return "\n".join(out)
