@@ -139,7 +139,7 @@ def builtin_actions(shell: Shell) -> list[ActionSpec]:
         ActionSpec("help.guide", "User guide", "Help", lambda: open_user_guide(shell), group=10, order=10,
                    shortcut=Key.HelpContents, tooltip="Open the user guide (offline copy) in your browser"),
         ActionSpec("help.hooks", "The hooks behind the ticks", "Help", lambda: inform(shell, "Hooks", HOOKS_HELP),
-                   group=10, order=20),
+                   group=10),
         ActionSpec("help.about", "About Hookscope", "Help", lambda: show_about(shell), group=90),
     ]
     for field, title, choices in (
