@@ -667,6 +667,8 @@ def run_visualize(args: argparse.Namespace) -> int:
     from app.core.visualize import Objective, VisualizeSettings, load_direction, visualize
 
     out = Path(args.out)
+    if args.steps < 1:  # no step, no time per step to report
+        raise HookscopeError(f"--steps must be at least 1, not {args.steps}.")
     if out.suffix.lower() not in Image.registered_extensions():
         raise HookscopeError(f"Cannot write '{out}': give a picture file name such as out.png.", path=str(out))
     if not out.parent.is_dir():

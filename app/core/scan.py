@@ -709,18 +709,38 @@ def _read_checkpoint(out: Path, fingerprint: dict) -> _State | None:
     except (OSError, ValueError) as error:
         raise HookscopeError(f"The scan's checkpoint '{file}' cannot be read ({error}); start again without "
                              "resuming.", path=str(file)) from error  # fmt: skip
+    if not isinstance(data, dict):
+        raise HookscopeError(f"The scan's checkpoint '{file}' is damaged (it holds no scan); start again without "
+                             "resuming.", path=str(file))  # fmt: skip
     if data.get("fingerprint") != fingerprint:
-        old = data.get("fingerprint") or {}
+        old = data.get("fingerprint")
+        old = old if isinstance(old, dict) else {}
         differs = [k for k in fingerprint if old.get(k) != fingerprint[k]]
         raise HookscopeError(
             f"'{out}' holds a scan of something else (its {', '.join(differs) or 'format'} differ); start again "
             "without resuming, or choose another output folder.", path=str(file),
         )  # fmt: skip
     try:
-        return _State.from_json(data)
-    except (KeyError, TypeError, ValueError) as error:
+        state = _State.from_json(data)
+        _check_state(state, fingerprint)
+        return state
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
         raise HookscopeError(f"The scan's checkpoint '{file}' is damaged ({error}); start again without "
                              "resuming.", path=str(file)) from error  # fmt: skip
+
+
+def _check_state(state: _State, fingerprint: dict) -> None:
+    """A checkpoint that parsed but does not fit its own fingerprint (hand-edited, damaged) raises ValueError."""
+    top, modules = fingerprint["top"], fingerprint["modules"]
+    for path, layout in state.layouts.items():
+        shapes = {tuple(t.shape) for t in (state.tops[path].score, state.tops[path].image, state.tops[path].position)}
+        moments = state.moments[path]
+        if path not in modules or layout.channels < 1 or shapes != {(layout.channels, top)} or any(
+            len(a) != layout.channels for a in (moments.mean, moments.m2, moments.active)
+        ):
+            raise ValueError(f"the entry of '{path}' does not fit its layout")
+    if not 0 <= state.processed <= fingerprint["images"] or state.next_batch < 0:
+        raise ValueError("its counts are out of range")
 
 
 def run_scan(
