@@ -4,7 +4,7 @@
 # -Variant cpu (default): torch/torchvision from PyTorch's CPU index, pinned as in build.sh.
 # -Variant cuda: PyPI's Windows torch is a CPU build, so the CUDA build comes from the index named by
 #   $env:TORCH_CUDA_INDEX_URL (PyTorch's cuXXX index for this torch version); same pins.
-# Untested here: this project's build machine is Linux (see README "Building the installer").
+# Untested here: this project's build machine is Linux (see the user guide, docs/installers.md).
 param(
   [ValidateSet("cpu", "cuda")][string]$Variant = "cpu",
   [string[]]$WithWeights = @(),
