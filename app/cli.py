@@ -83,7 +83,8 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     gui = argparse.ArgumentParser(
         prog="hookscope",
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
-        epilog="Headless: 'hookscope export --help', 'hookscope bench --help' and 'hookscope download --help'.",
+        epilog=f"Headless subcommands: {', '.join(SUBCOMMANDS)} ('hookscope SUBCOMMAND --help' for each). "
+        "The user guide: Help > User guide in the window.",
     )
     gui.add_argument(
         "images", nargs="*", metavar="IMAGE",

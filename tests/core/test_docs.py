@@ -320,3 +320,12 @@ def test_a_broken_link_or_a_missing_image_fails_the_strict_build(tmp_path):
     done = _mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert done.returncode != 0
     assert "no-such-page.md" in done.stderr and "screenshots/no-such.png" in done.stderr
+
+
+def test_the_windows_help_names_every_subcommand():
+    """``hookscope --help`` is where a newcomer at a terminal starts: it lists every subcommand."""
+    from app.cli import SUBCOMMANDS
+
+    text = guide.command_parsers()[""].format_help()
+    for name in SUBCOMMANDS:
+        assert re.search(rf"\b{name}\b", text.split("Headless subcommands:")[1]), name
