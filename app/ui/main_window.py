@@ -56,6 +56,13 @@ from app.ui.widgets.predictions import PredictionsPanel
 AREAS = {"left": Qt.DockWidgetArea.LeftDockWidgetArea, "right": Qt.DockWidgetArea.RightDockWidgetArea,
          "bottom": Qt.DockWidgetArea.BottomDockWidgetArea}
 TICK_KINDS = ("forward", "pre", "tensor", "grad_input")  # the tree's Act, In, Grad and Grad in columns
+# The cards keep at least this share of the window's height, and never less than CARD_MIN_HEIGHT px, whatever opens
+# below them: at 1024x700 the Channel view and the Top images once left them 190 px.
+CARD_SHARE, CARD_MIN_HEIGHT = 0.4, 320
+# The side views (Channel, Top images, Visualize, the lessons: every "bottom" dock) share one tab stack under the
+# cards. Layouts saved before that (stacked docks, lessons in the right column) are not restored: saveState's version.
+SIDE_AREA = "bottom"
+STATE_VERSION = 2
 
 
 def qimage_to_pil(image: QImage) -> Image.Image:
@@ -95,12 +102,13 @@ class MainWindow(QMainWindow):
         self._error_box: QMessageBox | None = None
         self._closing = False
         self._docks: dict[str, QDockWidget] = {}
+        self._specs: dict[str, DockSpec] = {}
         self._module_menus: list[ModuleMenuEntries] = []
         self._tile_menus: list[TileMenuEntries] = []
         self._drop_handlers: list[DropHandler] = []
         self._channel_listeners: list[ChannelListener] = []
         self._paste_count = 0
-        self._channel_dock_sized = False
+        self._side_views_sized = False
         self._docks_fitted = False
         self._fitted_size: QSize | None = None  # the size _fit_into_screen chose, until the first show
 
@@ -138,6 +146,7 @@ class MainWindow(QMainWindow):
         layout.addLayout(self._notices)
         layout.addWidget(self.panel_area, 1)
         self.setCentralWidget(central)
+        self._keep_card_room()
 
         self.tree_view = ModuleTreeView(self.tree_model)
         self.tree_view.menu_requested.connect(self._module_menu)
@@ -145,7 +154,9 @@ class MainWindow(QMainWindow):
         self.input_panel = InputPanel()
         self.input_panel.image_selected.connect(space.select_image)
         self.input_panel.step_requested.connect(space.step_image)
-        self.add_dock(DockSpec("input", "Input (as the model sees it)", "right"), self.input_panel)
+        # "Input": a tab title that stays whole beside Grad-CAM's in a 230 px column (the panel says "as the model
+        # sees it" itself).
+        self.add_dock(DockSpec("input", "Input", "right"), self.input_panel)
         self.predictions = PredictionsPanel()
         self.predictions.target_chosen.connect(space.set_target)
         self.add_dock(DockSpec("predictions", "Predictions", "right", below="input"), self.predictions)
@@ -210,11 +221,15 @@ class MainWindow(QMainWindow):
                          | QDockWidget.DockWidgetFeature.DockWidgetFloatable
                          | QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(AREAS[spec.area], dock)
+        side_stack = next((self._docks[i] for i, other in self._specs.items() if other.area == SIDE_AREA), None)
         if spec.tab_with in self._docks:
             self.tabifyDockWidget(self._docks[spec.tab_with], dock)
+        elif spec.area == SIDE_AREA and side_stack is not None:
+            self.tabifyDockWidget(side_stack, dock)  # one tab stack under the cards: side views never stack up
         elif spec.below in self._docks:
             self.splitDockWidget(self._docks[spec.below], dock, Qt.Orientation.Vertical)
         self._docks[spec.id] = dock
+        self._specs[spec.id] = spec
         dock.setVisible(spec.visible)
         if spec.tab_with in self._docks and not spec.raised:
             self._docks[spec.tab_with].raise_()
@@ -232,8 +247,11 @@ class MainWindow(QMainWindow):
         return self._docks[dock_id]
 
     def show_dock(self, dock_id: str) -> None:
-        self._docks[dock_id].setVisible(True)
-        self._docks[dock_id].raise_()
+        dock = self._docks[dock_id]
+        dock.setVisible(True)
+        dock.raise_()
+        if self._specs[dock_id].area == SIDE_AREA and not dock.isFloating():
+            self._size_side_views(dock)
 
     def add_actions(self, specs: Iterable[ActionSpec]) -> None:
         self.menus.add(specs)
@@ -352,13 +370,25 @@ class MainWindow(QMainWindow):
         self.channel_view.show_channel(picture, channel, last.input_display if last is not None else None)
         for listener in self._channel_listeners:
             listener(picture, channel)
-        dock = self._docks["channel"]
-        dock.setVisible(True)
-        dock.raise_()
-        if not self._channel_dock_sized and not dock.isFloating():
-            # The channel view takes height from the panels, never from the right column's docks.
-            self._channel_dock_sized = True
-            self.resizeDocks([dock], [min(max(240, self.height() // 3), 420)], Qt.Orientation.Vertical)
+        self.show_dock("channel")
+
+    def card_room(self) -> int:
+        """The least height the card area keeps: 40% of the window, at least 320 px, in a window tall enough."""
+        height = self.height()
+        return min(max(CARD_MIN_HEIGHT, int(height * CARD_SHARE)), max(0, height - 300))
+
+    def _keep_card_room(self) -> None:
+        # A minimum on the card area is what QMainWindow's own layout keeps when docks open, are restored or
+        # their separator is dragged: the side views take the rest, never the cards' room.
+        if self.panel_area.minimumHeight() != self.card_room():
+            self.panel_area.setMinimumHeight(self.card_room())
+
+    def _size_side_views(self, dock: QDockWidget) -> None:
+        """The side views' tab stack opens once at a third of the window (240-420 px); later the user's height."""
+        if self._side_views_sized:
+            return
+        self._side_views_sized = True
+        self.resizeDocks([dock], [min(max(240, self.height() // 3), 420)], Qt.Orientation.Vertical)
 
     def _module_menu(self, path: str, position: QPoint) -> None:
         menu = QMenu(self)
@@ -480,8 +510,10 @@ class MainWindow(QMainWindow):
         geometry, state = settings.value("window/geometry"), settings.value("window/state")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
-        restored = isinstance(state, QByteArray) and self.restoreState(state)
-        self._docks["channel"].setVisible(False)
+        restored = isinstance(state, QByteArray) and self.restoreState(state, STATE_VERSION)
+        for dock_id, spec in self._specs.items():
+            if not spec.visible:  # shown on demand, empty at a start (Channel, Top images, Visualize…): not restored
+                self._docks[dock_id].setVisible(False)
         return bool(restored)
 
     def _fit_into_screen(self) -> None:
@@ -534,6 +566,7 @@ class MainWindow(QMainWindow):
             self.fit_docks()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
+        self._keep_card_room()
         super().resizeEvent(event)
         if self._docks_fitted and not self._layout_restored and event.oldSize().width() > 0:
             self.fit_docks()  # until the user has a saved layout of their own
@@ -560,5 +593,5 @@ class MainWindow(QMainWindow):
         if self.remembers:
             settings = app_settings()
             settings.setValue("window/geometry", self.saveGeometry())
-            settings.setValue("window/state", self.saveState())
+            settings.setValue("window/state", self.saveState(STATE_VERSION))
 

@@ -12,7 +12,7 @@ a script. Its dock shares a tab stack with the Interventions; Hooks > Hook inspe
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QToolButton,
@@ -37,11 +36,13 @@ from app.ui.host import DockSpec, Host
 from app.ui.state.workspace import Workspace
 from app.ui.widgets.code_view import code_view, notice_label
 from app.ui.widgets.module_tree import HEADERS, KIND_COLUMNS
+from app.ui.widgets.wrapped_label import WrappedLabel
 
 FEATURE_ID = "inspector"
 DOCK_ID = "inspector"
 SHOW_ACTION = "hooks.inspector"
 
+SHOWN_ROWS = 5  # the table never shows fewer hooks than this without scrolling
 COLUMNS = ("Module", "Kind", "Method", "Reads/edits", "Note", "")
 MODULE, KIND, METHOD, ROLE, NOTE, REMOVE = range(len(COLUMNS))
 
@@ -101,8 +102,7 @@ class InspectorFeature:
         self.table.verticalHeader().setDefaultSectionSize(24)
         self.table.itemSelectionChanged.connect(self._show_code)
 
-        self.why = QLabel("")
-        self.why.setWordWrap(True)
+        self.why = WrappedLabel("")
         self.why.setToolTip("Which tick registered this hook, and why that PyTorch hook")
         self.note = notice_label()
         self.code = code_view("Select a hook to see the plain PyTorch that registers it.", wrap=True)
@@ -117,26 +117,25 @@ class InspectorFeature:
         buttons.addWidget(self.copy_button)
         buttons.addWidget(self.copy_all_button)
         buttons.addStretch(1)
-        code_box = QWidget()
-        code_layout = QVBoxLayout(code_box)
-        code_layout.setContentsMargins(0, 0, 0, 0)
-        code_layout.addWidget(self.why)
-        code_layout.addWidget(self.note)
-        code_layout.addWidget(self.code, 1)
-        code_layout.addLayout(buttons)
-
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.table)
-        splitter.addWidget(code_box)
-        splitter.setStretchFactor(0, 1)
-        splitter.setStretchFactor(1, 1)
+        # Not a splitter in a scroll area (a short dock scrolled the Copy buttons out of sight and could shrink the
+        # table to two rows): minimum heights the dock keeps. Five rows, the explanation under them, then the code
+        # (which scrolls itself) and the Copy buttons.
+        rows = self.table.verticalHeader().defaultSectionSize() * SHOWN_ROWS
+        self.table.setMinimumHeight(rows + self.table.horizontalHeader().sizeHint().height()
+                                    + self.table.horizontalScrollBar().sizeHint().height()  # the columns scroll
+                                    + 2 * self.table.frameWidth() + 2)
+        self.code.setMinimumHeight(3 * self.code.fontMetrics().lineSpacing() + 12)
         layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
-        layout.addWidget(splitter, 1)
+        layout.addWidget(self.table, 2)
+        layout.addWidget(self.why)
+        layout.addWidget(self.note)
+        layout.addWidget(self.code, 1)
+        layout.addLayout(buttons)
 
         self.dock = host.add_dock(
-            DockSpec(DOCK_ID, "Hook inspector", area="left", tab_with="interventions"), self.widget
+            DockSpec(DOCK_ID, "Hook inspector", area="left", tab_with="interventions", scroll=False), self.widget
         )
         host.add_actions([
             ActionSpec(

@@ -188,7 +188,9 @@ class LessonsFeature:
         layout.addStretch(1)
 
         self.dock = host.add_dock(
-            DockSpec(DOCK_ID, "Learn the hooks", area="right", tab_with="predictions", visible=False),
+            # With the side views under the cards: as wide as the card area (>= 480 px in a 1024 px window), where
+            # the right column left the text 230 px.
+            DockSpec(DOCK_ID, "Learn the hooks", area="bottom", visible=False),
             self.widget,
         )
         # Closing the dock (its ✕, or View > Learn the hooks) leaves the lesson; floating it, or another tab in front

@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 from PIL import Image
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtGui import QImage, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -45,7 +46,35 @@ FEATURE_ID = "visualize"
 DOCK_ID = "visualize"
 WHOLE_LAYER = -1  # the channel box's special value
 PROMPT = "Right-click a channel tile and choose Visualize channel, or pick a module and a channel here."
-VIEW_SIZE = 256  # pixels the image is shown at in the dock
+VIEW_MIN = 96  # the image's least side in the dock; it grows to fill the room the dock has
+
+
+class FittedImage(QLabel):
+    """An image scaled to the room it is given (aspect kept): never asks for more than the dock has, so the dock
+    never scrolls to show it (a fixed 256 px image scrolled in a 230 px column)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.source = QPixmap()
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setMinimumSize(VIEW_MIN, VIEW_MIN)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+
+    def set_image(self, pixmap: QPixmap) -> None:
+        self.source = pixmap
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        if self.source.isNull():
+            self.clear()
+            return
+        room = self.contentsRect().size()
+        self.setPixmap(self.source.scaled(room, Qt.AspectRatioMode.KeepAspectRatio,
+                                          Qt.TransformationMode.SmoothTransformation))
 
 
 class VisualizeFeature(QObject):
@@ -69,7 +98,9 @@ class VisualizeFeature(QObject):
         self._settings: VisualizeSettings | None = None
         self._build()
         self.dock = host.add_dock(
-            DockSpec(DOCK_ID, "Visualize", area="right", tab_with="input", visible=False), self.widget
+            # With the side views under the cards: the fields on the left, the image beside them as large as the
+            # height allows.
+            DockSpec(DOCK_ID, "Visualize", area="bottom", visible=False), self.widget
         )
         host.add_tile_menu(self.tile_entries)
         host.add_module_menu(self.module_entries)
@@ -126,13 +157,19 @@ class VisualizeFeature(QObject):
         self.seed_box.setRange(0, 2**31 - 1)
         self.negative_box = QCheckBox("Minimise (negative)")
         self.negative_box.setToolTip("Find what the channel responds to least instead")
+        # Two fields a row: the form fits the side views' tab stack (about 250 px high at 1024x700) unscrolled.
         form = QFormLayout()
         form.addRow("Module", self.module_box)
         form.addRow("Channel", self.channel_box)
-        form.addRow("Steps", self.steps_box)
-        form.addRow("Size", self.size_box)
-        form.addRow("Seed", self.seed_box)
-        form.addRow("", self.negative_box)
+        steps_size = QHBoxLayout()
+        steps_size.addWidget(self.steps_box, 1)
+        steps_size.addWidget(QLabel("Size"))
+        steps_size.addWidget(self.size_box, 1)
+        form.addRow("Steps", steps_size)
+        seed_sign = QHBoxLayout()
+        seed_sign.addWidget(self.seed_box, 1)
+        seed_sign.addWidget(self.negative_box)
+        form.addRow("Seed", seed_sign)
         self.run_button = QPushButton("Run")
         self.run_button.clicked.connect(self.start)
         self.cancel_button = QPushButton("Cancel")
@@ -145,9 +182,7 @@ class VisualizeFeature(QObject):
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.progress, 1)
-        self.view = QLabel()
-        self.view.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.view.setMinimumSize(160, 160)
+        self.view = FittedImage()
         self.note = QLabel("")
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
@@ -163,14 +198,22 @@ class VisualizeFeature(QObject):
         results.addWidget(self.save_button)
         results.addWidget(self.use_button)
         results.addStretch(1)
-        layout = QVBoxLayout(self.widget)
+        controls = QVBoxLayout()
+        controls.setContentsMargins(0, 0, 0, 0)
+        controls.setSpacing(4)
+        controls.addWidget(self.title)
+        controls.addLayout(form)
+        controls.addLayout(buttons)
+        controls.addLayout(results)
+        controls.addStretch(1)
+        picture = QVBoxLayout()  # the image and what it is, beside the fields
+        picture.setContentsMargins(0, 0, 0, 0)
+        picture.addWidget(self.view, 1)
+        picture.addWidget(self.note)
+        layout = QHBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.title)
-        layout.addLayout(form)
-        layout.addLayout(buttons)
-        layout.addWidget(self.view, 1)
-        layout.addWidget(self.note)
-        layout.addLayout(results)
+        layout.addLayout(controls, 3)
+        layout.addLayout(picture, 2)
 
     def _fill_modules(self) -> None:
         current = self.module_box.currentText()
@@ -363,10 +406,7 @@ class VisualizeFeature(QObject):
         self.image = np.ascontiguousarray(image)
         height, width = self.image.shape[:2]
         qimage = QImage(self.image.data, width, height, 3 * width, QImage.Format.Format_RGB888).copy()
-        pixmap = QPixmap.fromImage(qimage).scaled(
-            VIEW_SIZE, VIEW_SIZE, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
-        )
-        self.view.setPixmap(pixmap)
+        self.view.set_image(QPixmap.fromImage(qimage))
 
     # ---- the result ------------------------------------------------------------------------------------------------
     def picture(self) -> Image.Image | None:

@@ -7,7 +7,8 @@ import numpy as np
 import pyqtgraph as pg
 from PIL import Image
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
+from superqt import QElidingLabel
 
 from app.core.pictures import KIND_LABELS, PanelPicture, channel_statistics, shape_text
 from app.core.resources import colormap_lut
@@ -41,7 +42,8 @@ class ChannelView(QWidget):
         self.channel: int | None = None
         self._input: np.ndarray | None = None
 
-        self._title = QLabel("Click a tile in a panel to look at one channel.")
+        # Elided, the whole line and the hook's method in the tooltip: beside the Visualize button in a 540 px dock.
+        self._title = QElidingLabel("Click a tile in a panel to look at one channel.")
         self._title.setObjectName("panelTitle")
 
         self._map_view = CompactView()
@@ -66,7 +68,7 @@ class ChannelView(QWidget):
         self.opacity.valueChanged.connect(self._on_opacity)
         self.overlay_item.setOpacity(0.55)
         opacity_row = QHBoxLayout()
-        opacity_row.addWidget(QLabel("Overlay opacity"))
+        opacity_row.addWidget(QLabel("Opacity"))  # short: the overlay's column is 110 px at 1024 px
         opacity_row.addWidget(self.opacity, 1)
         overlay = QVBoxLayout()
         overlay.setContentsMargins(0, 0, 0, 0)
@@ -75,14 +77,16 @@ class ChannelView(QWidget):
 
         self.stats: dict[str, QLabel] = {}
         form = QFormLayout()
-        for key in ("record", "hook", "channel", "map size", "min", "max", "mean", "std", "zeros"):
+        # Short values only (the record's name and hook are in the title and its tooltip): the column keeps the width
+        # of its longest value, where "register_forward_pre_hook" was cut in a 1024 px window.
+        for key in ("shape", "channel", "map size", "min", "max", "mean", "std", "zeros"):
             label = QLabel("–")
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.stats[key] = label
             form.addRow(key, label)
         stats = QWidget()
         stats.setLayout(form)
-        stats.setMinimumWidth(150)
+        stats.setSizePolicy(QSizePolicy.Policy.Minimum, QSizePolicy.Policy.Preferred)
         # The map shares its view with the histogram (about 110 px): a minimum keeps the map itself visible when
         # the dock is narrow (the panel area of a 1024 px window), instead of the histogram taking it all.
         self._map_view.setMinimumWidth(230)
@@ -118,6 +122,7 @@ class ChannelView(QWidget):
             high = low + 1.0
         what = "|grad| of " if picture.is_gradient else ""
         self._title.setText(f"{picture.key} · {KIND_LABELS.get(picture.kind, picture.kind)} · {what}channel {channel}")
+        self._title.setToolTip(f"{self._title.text()}\n{picture.method}")
         self.map_item.setImage(values, autoLevels=False, levels=(low, high))
         self.histogram.gradient.setColorMap(colormap_of(picture.settings.colormap))
         self.histogram.setLevels(low, high)
@@ -132,8 +137,8 @@ class ChannelView(QWidget):
             self._overlay_box.autoRange(padding=0.02)
         self._sync_overlay()
 
-        self.stats["record"].setText(f"{picture.key}  ({shape_text(picture.shape)})")
-        self.stats["hook"].setText(picture.method)
+        self.stats["shape"].setText(shape_text(picture.shape))
+        self.stats["shape"].setToolTip(f"{picture.key}: {shape_text(picture.shape)}, read by {picture.method}")
         self.stats["channel"].setText(f"{channel} of {picture.channel_count}")
         self.stats["map size"].setText(shape_text(values.shape))
         for key in ("min", "max", "mean", "std"):

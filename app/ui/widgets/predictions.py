@@ -22,6 +22,7 @@ from superqt import QElidingLabel
 
 from app.core.capture import Prediction
 from app.core.compare import PredictionChange
+from app.ui.widgets.wrapped_label import WrappedLabel
 
 THUMBNAIL = 72
 
@@ -166,8 +167,9 @@ class PredictionsPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.rows = [PredictionRow() for _ in range(5)]
-        # Elided single lines (full text in the tooltip): wrapped labels in a short dock paint over their neighbours.
-        self.target_label = QElidingLabel("Gradient target: top-1 class")
+        # Wrapped, with the height its lines need (a plain wrapped label in a short dock painted over its neighbours;
+        # elided, the target's class name was cut in a 1024 px window).
+        self.target_label = WrappedLabel("Gradient target: top-1 class")
         self.target_label.setObjectName("muted")
         self.top1_button = QPushButton("Use top-1")
         self.top1_button.setToolTip("Take gradients of whichever class scores highest")
@@ -186,11 +188,18 @@ class PredictionsPanel(QWidget):
         self.changes_label.setVisible(False)
         self.side_by_side = SideBySidePredictions()  # image A and image B, when B is set
         self.side_by_side.setVisible(False)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.top1_button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.class_box)
-        buttons.addWidget(use_class)
+        # Two rows: in one, the three needed about 240 px and the 230 px column scrolled sideways.
+        buttons = QVBoxLayout()
+        top1_row = QHBoxLayout()
+        top1_row.addWidget(self.top1_button)
+        top1_row.addStretch(1)
+        class_row = QHBoxLayout()
+        class_row.addWidget(QLabel("or class"))
+        class_row.addWidget(self.class_box)
+        class_row.addWidget(use_class)
+        class_row.addStretch(1)
+        buttons.addLayout(top1_row)
+        buttons.addLayout(class_row)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(2)

@@ -1,0 +1,238 @@
+"""What a person sees at laptop sizes: the cards keep their room when side views open, the side views share one tab
+stack, the hook inspector and the lessons are readable, the tree's boxes are visible and its whole cell ticks, and
+nothing is cut at 1024x700."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import RUN_TIMEOUT_MS
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtGui import QColor, QImage
+from PySide6.QtWidgets import QApplication, QDockWidget, QTabBar, QWidget
+
+from app.ui.main_window import CARD_MIN_HEIGHT, CARD_SHARE
+
+SIZES = [(1024, 700), (1366, 768)]
+SIDE_VIEWS = ("channel", "scan", "visualize", "lessons")
+
+
+def started(make_window, qtbot, size, **options):
+    window = make_window(remember=False, **options)
+    window.show_dialogs = False
+    window.resize(*size)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    qtbot.wait(150)
+    return window
+
+
+def open_side_view(window, dock_id: str) -> None:
+    if dock_id == "channel":
+        picture = next(iter(window.panel_area.panels.values())).picture
+        window.open_channel(picture, 1)
+    elif dock_id == "lessons":
+        window.features["lessons"].show()
+    else:
+        window.show_dock(dock_id)
+
+
+def inside(widget: QWidget, root: QWidget) -> bool:
+    """Whether all of ``widget`` lies inside ``root`` (nothing of it clipped away)."""
+    rect = QRect(widget.mapTo(root, QPoint(0, 0)), widget.size())
+    return root.rect().contains(rect)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_cards_keep_their_room_and_the_side_views_share_one_tab_stack(make_window, qtbot, size) -> None:
+    window = started(make_window, qtbot, size)
+    height = window.height()
+    least = max(CARD_MIN_HEIGHT, int(height * CARD_SHARE))
+    for dock_id in SIDE_VIEWS:
+        open_side_view(window, dock_id)
+        qtbot.wait(100)
+        assert window.dock(dock_id).isVisible() and not window.dock(dock_id).visibleRegion().isEmpty(), dock_id
+        assert window.panel_area.height() >= least, (dock_id, window.panel_area.height(), least, size)
+    # One stack, each view a tab of it: nothing stacked above another under the cards.
+    stack = window.tabifiedDockWidgets(window.dock("channel"))
+    assert {dock.objectName() for dock in stack} >= set(SIDE_VIEWS) - {"channel"}
+    # Dragging the stack's separator up stops at the cards' room too (QMainWindow keeps the minimum).
+    window.resizeDocks([window.dock("channel")], [height], Qt.Orientation.Vertical)
+    qtbot.wait(100)
+    assert window.panel_area.height() >= least
+    assert window.height() == height  # the room came from the side views, the window did not grow
+
+
+def test_the_lessons_open_readable(make_window, qtbot) -> None:
+    window = started(make_window, qtbot, (1024, 700))
+    window.features["lessons"].show()
+    qtbot.wait(100)
+    dock = window.dock("lessons")
+    assert dock.isVisible() and (dock.isFloating() or dock.width() >= 480), dock.width()
+
+
+def test_on_demand_docks_are_not_restored_after_a_restart(make_window, qtbot) -> None:
+    window = started(make_window, qtbot, (1024, 700))
+    window.remembers = True  # this one saves its layout when it closes
+    for dock_id in ("channel", "scan", "visualize"):
+        open_side_view(window, dock_id)
+    qtbot.wait(100)
+    window.close()
+    again = make_window(weights="none")
+    with qtbot.waitSignal(again.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    for dock_id in ("channel", "scan", "visualize", "lessons", "grad_cam"):
+        assert not again.dock(dock_id).isVisible(), f"the empty {dock_id} dock came back"
+    assert again.panel_area.height() > 0.7 * again.centralWidget().height()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_hook_inspector_shows_five_rows_their_explanation_and_copy(make_window, qtbot, size) -> None:
+    window = started(make_window, qtbot, size, checks=["layer1.0.conv1", "layer2.0.conv1", "layer3.0.conv1"])
+    window.show_dock("inspector")
+    qtbot.wait(150)
+    feature = window.features["inspector"]
+    table = feature.table
+    assert table.rowCount() >= 5
+    table.selectRow(0)
+    qtbot.wait(50)
+    dock = window.dock("inspector")
+    for row in range(5):
+        rect = table.visualRect(table.model().index(row, 0))
+        assert table.viewport().rect().contains(rect), f"row {row} needs scrolling at {size}"
+    assert feature.why.text() and inside(feature.why, dock)
+    why_top = feature.why.mapTo(dock, QPoint(0, 0)).y()
+    assert why_top >= table.mapTo(dock, QPoint(0, 0)).y() + table.height()  # under the rows
+    assert feature.why.height() >= feature.why.heightForWidth(feature.why.width())  # every line of it
+    for button in (feature.copy_button, feature.copy_all_button):
+        assert button.isVisible() and inside(button, dock), f"{button.text()} out of sight at {size}"
+
+
+def contrast(a: QColor, b: QColor) -> float:
+    def luminance(colour: QColor) -> float:
+        def channel(value: float) -> float:
+            return value / 12.92 if value <= 0.04045 else ((value + 0.055) / 1.055) ** 2.4
+        return 0.2126 * channel(colour.redF()) + 0.7152 * channel(colour.greenF()) + 0.0722 * channel(colour.blueF())
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+@pytest.fixture
+def dark_theme(qapp):
+    from app.ui.theme import apply_theme
+
+    palette, sheet, style = qapp.palette(), qapp.styleSheet(), qapp.style().name()
+    apply_theme(qapp)
+    yield
+    qapp.setStyleSheet(sheet)
+    qapp.setStyle(style)
+    qapp.setPalette(palette)
+
+
+def test_unticked_boxes_stand_out_of_the_dark_rows_and_the_whole_cell_ticks(dark_theme, make_window, qtbot) -> None:
+    from app.ui.widgets.module_tree import ACTIVATIONS, KIND_COLUMNS, TICK_KINDS
+
+    window = started(make_window, qtbot, (1024, 700))
+    view = window.tree_view
+    tree = view.tree
+    qtbot.wait(100)
+    # What the tree paints: for an unticked cell, the most contrasting pixel against the row's own background.
+    shot: QImage = tree.viewport().grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+    pixels = np.frombuffer(shot.constBits(), np.uint8).reshape(shot.height(), shot.bytesPerLine() // 4, 4)
+    checked = 0
+    for path in ("conv1", "bn1", "layer1"):
+        for column in KIND_COLUMNS.values():
+            index = view.proxy.mapFromSource(view.model.index_of(path, column))
+            rect = tree.visualRect(index)
+            assert rect.isValid() and not view.model.is_ticked(path, TICK_KINDS[column])
+            ratio = shot.devicePixelRatio()
+            cell = pixels[int(rect.top() * ratio): int(rect.bottom() * ratio), int(rect.left() * ratio):
+                          int(rect.right() * ratio), :3]
+            background = QColor(*[int(v) for v in cell[1, 1][::-1]])  # BGRA: the row's colour at the cell's corner
+            best = max(contrast(QColor(int(r), int(g), int(b)), background)
+                       for b, g, r in cell.reshape(-1, 3)[:: max(1, cell.size // 3 // 400)])
+            assert best >= 3.0, f"unticked box of {path} column {column}: contrast {best:.2f}:1"
+            checked += 1
+    assert checked == 12
+
+    # A click near the cell's edge, far from the box in its middle, ticks; a second click unticks.
+    index = view.proxy.mapFromSource(view.model.index_of("layer1.0.conv1", ACTIVATIONS))
+    tree.scrollTo(index)
+    qtbot.wait(50)
+    rect = tree.visualRect(index)
+    edge = QPoint(rect.left() + 2, rect.top() + 2)
+    assert (edge - rect.center()).manhattanLength() > 8  # outside the 13 px box
+    ticked_before = view.model.is_ticked("layer1.0.conv1", "forward")
+    qtbot.mouseClick(tree.viewport(), Qt.MouseButton.LeftButton, pos=edge)
+    assert view.model.is_ticked("layer1.0.conv1", "forward") != ticked_before
+    assert window.workspace.registry.has("layer1.0.conv1", "forward") != ticked_before  # the hook, not only a box
+    qtbot.mouseClick(tree.viewport(), Qt.MouseButton.LeftButton, pos=edge)
+    assert view.model.is_ticked("layer1.0.conv1", "forward") == ticked_before
+
+
+@pytest.mark.parametrize("size", [(1024, 700)])
+def test_the_trees_column_headers_are_whole(make_window, qtbot, size) -> None:
+    from app.ui.widgets.module_tree import KIND_COLUMNS, NAME
+
+    window = started(make_window, qtbot, size)
+    tree = window.tree_view.tree
+    header = tree.header()
+    metrics = header.fontMetrics()
+    for column in (NAME, *KIND_COLUMNS.values()):
+        lines = str(tree.model().headerData(column, Qt.Orientation.Horizontal)).split("\n")
+        assert header.sectionSize(column) >= max(metrics.horizontalAdvance(line) for line in lines) + 6, lines
+        assert header.height() >= len(lines) * metrics.height() + 4, (lines, header.height())
+        right = header.sectionViewportPosition(column) + header.sectionSize(column)
+        assert right <= header.viewport().width(), lines
+
+
+def test_dock_tab_titles_are_whole_at_1024x700(make_window, qtbot) -> None:
+    window = started(make_window, qtbot, (1024, 700))
+    for dock_id in (*SIDE_VIEWS, "inspector", "grad_cam"):
+        open_side_view(window, dock_id)
+    qtbot.wait(150)
+    bars = [bar for bar in window.findChildren(QTabBar) if bar.isVisible() and bar.parent() is window]
+    assert bars
+    titles = {dock.windowTitle() for dock in window.findChildren(QDockWidget)}
+    seen = set()
+    for bar in bars:
+        for tab in range(bar.count()):
+            text = bar.tabText(tab)
+            seen.add(text)
+            rect = bar.tabRect(tab)
+            assert bar.rect().contains(rect), f"tab '{text}' reaches out of its bar ({rect} in {bar.rect()})"
+            assert rect.width() >= bar.fontMetrics().horizontalAdvance(text) + 8, f"tab '{text}' cut"
+    assert {"Channel", "Top images", "Visualize", "Learn the hooks", "Hook inspector", "Grad-CAM"} <= seen & titles
+
+
+def test_the_channel_view_and_predictions_are_whole_at_1024x700(make_window, qtbot) -> None:
+    window = started(make_window, qtbot, (1024, 700))
+    open_side_view(window, "channel")
+    qtbot.wait(150)
+    view = window.channel_view
+    for key, label in view.stats.items():
+        assert label.width() >= label.sizeHint().width(), f"the Channel view's {key} '{label.text()}' is cut"
+        assert inside(label, view), key
+    assert view.opacity.isVisible() and view.opacity.width() >= 40 and inside(view.opacity, view)
+    predictions = window.predictions
+    scroll = window.dock("predictions").widget()
+    assert scroll.horizontalScrollBar().maximum() == 0  # nothing reaches past the column sideways
+    target = predictions.target_label
+    assert target.height() >= target.heightForWidth(target.width()), "the gradient target line is cut"
+    for row in predictions.rows:
+        if row.isVisible():
+            assert row.label.toolTip().endswith("gradient target") and row.label.text() in row.label.toolTip()
+
+
+def test_the_visualize_image_is_fitted_without_a_scroll_bar(make_window, qtbot) -> None:
+    window = started(make_window, qtbot, (1024, 700))
+    feature = window.features["visualize"]
+    feature.show()
+    feature._show_image(np.full((224, 224, 3), 200, np.uint8))
+    qtbot.wait(150)
+    scroll = window.dock("visualize").widget()
+    assert scroll.verticalScrollBar().maximum() == 0 and scroll.horizontalScrollBar().maximum() == 0
+    shown = feature.view.pixmap()
+    assert not shown.isNull() and shown.width() <= feature.view.width() and shown.height() <= feature.view.height()
+    assert max(shown.width(), shown.height()) >= 96
+    assert QApplication.instance() is not None
