@@ -127,7 +127,7 @@ def run_scan_command(args: argparse.Namespace) -> int:
     from app.cli import _select_layers, load_for_cli, model_source
     from app.core.batch import find_images
     from app.core.devices import resolve_device
-    from app.core.scan import LocalScan, ScanSettings, run_scan, write_scan
+    from app.core.scan import CHECKPOINT_FILE, LocalScan, ScanSettings, run_scan, write_scan
     from app.core.scan_results import write_strips
 
     if args.size < 0:
@@ -160,8 +160,17 @@ def run_scan_command(args: argparse.Namespace) -> int:
             result = run_scan(backend, loaded, images, settings, root=folder, out_dir=out, resume=args.resume,
                               progress=show, cancelled=lambda: interrupt.asked)  # fmt: skip
             if result.complete:
-                path = write_scan(result, out)
+                try:
+                    path = write_scan(result, out)
+                except HookscopeError as error:  # a full disk: the checkpoint holds the finished scan
+                    raise HookscopeError(f"{error} The finished scan is kept in '{out / CHECKPOINT_FILE}': make "
+                                         "room and run the same command with --resume to write it.",
+                                         path=error.path) from error  # fmt: skip
                 strips = write_strips(result, out, cancelled=lambda: interrupt.asked) if args.png else 0
+    except HookscopeError:
+        if show.drawn:
+            sys.stderr.write("\n")  # the error starts a line of its own
+        raise
     except KeyboardInterrupt:
         if show.drawn:
             sys.stderr.write("\n")

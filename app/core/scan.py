@@ -60,6 +60,7 @@ from app.core.errors import HookscopeError, ImageError
 from app.core.images import Preprocess, read_image
 from app.core.models import LoadedModel
 from app.core.scan_results import (
+    CHECKPOINT_FILE,
     FORMAT_VERSION,
     SCAN_FILE,
     Box,
@@ -93,7 +94,6 @@ __all__ = [
     "write_scan",
 ]
 
-CHECKPOINT_FILE = "scan.partial.json"
 CHECKPOINT_EVERY_S = 30.0
 NO_IMAGE = 2**62  # the image index of an empty top-k slot: it ranks after every real image
 
@@ -760,7 +760,8 @@ def run_scan(
 
     ``out_dir``: where the checkpoint lives (None: no checkpoint); ``resume`` goes on from it (it must match:
     same model, preprocessing, settings and image list). ``cancelled`` is asked before each batch and chunk; a
-    stopped scan writes its checkpoint and comes back with ``complete`` False. An unreadable image is skipped with
+    stopped scan writes its checkpoint and comes back with ``complete`` False; a finished one writes it too, and
+    ``write_scan`` removes it once scan.json is on disk. An unreadable image is skipped with
     its reason; a scan in which no image could be read is an error.
     """
     paths = [Path(p) for p in images]
@@ -785,7 +786,11 @@ def run_scan(
 
     def save(force: bool = False) -> None:
         if out is not None and (force or time.perf_counter() - last_save[0] >= checkpoint_every_s):
-            write_json_atomically(state.to_json(fingerprint), out / CHECKPOINT_FILE)
+            try:
+                write_json_atomically(state.to_json(fingerprint), out / CHECKPOINT_FILE)
+            except OSError as error:  # the earlier checkpoint stays whole (written atomically)
+                raise HookscopeError(f"Cannot write the scan's checkpoint '{out / CHECKPOINT_FILE}': "
+                                     f"{error.strerror or error}.", path=str(out / CHECKPOINT_FILE)) from error
             last_save[0] = time.perf_counter()
 
     def tell(phase: str, done: int, total: int) -> None:
@@ -796,7 +801,6 @@ def run_scan(
     def stopped() -> bool:
         return cancelled is not None and cancelled()
 
-    complete = False
     try:
         # ---- the scan: every image once, batched, no gradients ----
         phase_start = time.perf_counter()
@@ -844,13 +848,11 @@ def run_scan(
                     state.boxes_s += time.perf_counter() - phase_start
             if len(state.boxes) < len(units):
                 return _result(loaded, paths, base, settings, state, complete=False)
-        complete = True
         return _result(loaded, paths, base, settings, state, complete=True)
     finally:
-        if not complete:
-            save(force=True)  # stopped, cancelled, interrupted or failed: a resume goes on from here
-        elif out is not None:
-            (out / CHECKPOINT_FILE).unlink(missing_ok=True)
+        # stopped, cancelled, interrupted or failed: a resume goes on from here; finished: kept until write_scan
+        # has scan.json on disk, so that a full disk loses nothing
+        save(force=True)
 
 
 def _result(loaded: LoadedModel, paths: list[Path], root: Path, settings: ScanSettings, state: _State,

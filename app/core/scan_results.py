@@ -34,6 +34,7 @@ from app.core.errors import HookscopeError, ImageError
 from app.core.images import read_image
 
 SCAN_FILE = "scan.json"
+CHECKPOINT_FILE = "scan.partial.json"  # a stopped (or finished, not yet written) scan: ``run_scan`` keeps it
 FORMAT_VERSION = 1
 RANKINGS = ("max", "mean")
 
@@ -222,13 +223,17 @@ class ScanResult:
 
 
 def write_scan(result: ScanResult, out_dir: str | Path) -> Path:
-    """``out_dir``/scan.json, written atomically."""
+    """``out_dir``/scan.json, written atomically. A complete scan's checkpoint there goes only now, once scan.json
+    is safely on disk (a full disk must not lose the scan: ``--resume`` writes it then)."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomically(result.to_json(), out / SCAN_FILE)
     except OSError as error:
-        raise HookscopeError(f"Cannot write '{out / SCAN_FILE}': {error.strerror or error}.", path=str(out)) from error
+        raise HookscopeError(f"Cannot write '{out / SCAN_FILE}': {error.strerror or error}.",
+                             path=str(out)) from error  # fmt: skip
+    if result.complete:
+        (out / CHECKPOINT_FILE).unlink(missing_ok=True)
     return out / SCAN_FILE
 
 
@@ -317,6 +322,7 @@ def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
             try:
                 Image.fromarray(reader.strip(path, channel, size)).save(target)
             except OSError as error:
+                target.unlink(missing_ok=True)  # no half-written strip left behind
                 raise HookscopeError(f"Cannot write '{target}': {error.strerror or error}.",
                                      path=str(target)) from error  # fmt: skip
             written += 1

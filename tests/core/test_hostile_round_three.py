@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -98,3 +99,75 @@ def test_resume_over_a_checkpoint_with_its_own_fingerprint_but_damaged_parts(ima
     assert main(scan_args(images, out, "--resume")) == 2
     line = one_error(capsys.readouterr().err)
     assert "checkpoint" in line and "is damaged" in line and "start again without resuming" in line
+
+
+# ---- 4: a full disk during a scan --------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real tmpfs of a chosen size (``resize(bytes)``), unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    where = tmp_path / "disk"
+    where.mkdir()
+
+    def resize(size: int) -> Path:
+        option = f"remount,size={size}" if os.path.ismount(where) else f"size={size}"
+        command = ["mount", "-o", option, str(where)] if os.path.ismount(where) else ["mount", "-t", "tmpfs", "-o",
+                                                                                        option, "tmpfs", str(where)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        return where
+
+    yield resize
+    if os.path.ismount(where):
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def _scan_document(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    data["scan"].pop("scan_s"), data["scan"].pop("boxes_s")
+    return data
+
+
+def _pages(size: int) -> int:
+    return -(-size // 4096)
+
+
+def test_a_full_disk_keeps_the_finished_scan_in_its_checkpoint_and_resume_writes_it(images, tmp_path, small_disk,
+                                                                                    capsys) -> None:  # fmt: skip
+    reference = tmp_path / "reference"
+    assert main(scan_args(images, reference)) == 0
+    scan_size = (reference / "scan.json").stat().st_size
+    stopped = tmp_path / "stopped"  # the size of the finished scan's checkpoint (kept: no scan.json written here)
+    loaded = load_for_cli(argparse.Namespace(model="resnet18", weights="none", seed=0, model_file=None))
+    loaded.preprocess = replace(loaded.preprocess, crop=32, resize=32 * 256 // 224)
+    scan_images(loaded, find_images(images), ScanSettings(("layer1",), top=2, batch_size=2), root=images,
+                out_dir=stopped)  # fmt: skip
+    checkpoint_size = (stopped / CHECKPOINT_FILE).stat().st_size
+    capsys.readouterr()
+    # room for the checkpoint, not for the checkpoint and scan.json side by side
+    pages = _pages(checkpoint_size) + _pages(scan_size) // 2
+    assert _pages(checkpoint_size) < pages < _pages(checkpoint_size) + _pages(scan_size)
+    disk = small_disk(pages * 4096)
+    out = disk / "out"
+
+    assert main(scan_args(images, out)) == 2
+    line = one_error(capsys.readouterr().err)
+    assert line.startswith(f"hookscope: error: Cannot write '{out / 'scan.json'}': No space left on device.")
+    assert f"kept in '{out / CHECKPOINT_FILE}'" in line and "--resume" in line
+    assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT_FILE]  # no scan.json, no temporary file
+
+    small_disk(4 << 20)  # room made
+    assert main(scan_args(images, out, "--resume")) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["scan.json"]
+    assert _scan_document(out / "scan.json")["modules"] == _scan_document(reference / "scan.json")["modules"]
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_line_and_leaves_nothing(images, small_disk, capsys) -> None:
+    out = small_disk(8192) / "out"  # the folder fits, the checkpoint does not
+    assert main(scan_args(images, out)) == 2
+    line = one_error(capsys.readouterr().err)
+    assert line == (f"hookscope: error: Cannot write the scan's checkpoint '{out / CHECKPOINT_FILE}': No space "
+                    "left on device.")  # fmt: skip
+    assert list(out.iterdir()) == []

@@ -268,7 +268,9 @@ def test_a_stopped_scan_resumes_to_the_same_result(small, folder, tmp_path):
     images = find_images(folder, recursive=True)
     settings = ScanSettings(("layer1", "layer1.0.conv1"), top=1, batch_size=4)
     fresh = scan_images(small, images, settings, out_dir=tmp_path / "fresh")
-    assert not (tmp_path / "fresh" / CHECKPOINT_FILE).exists()  # a finished scan leaves no checkpoint
+    assert (tmp_path / "fresh" / CHECKPOINT_FILE).exists()  # a finished scan keeps its checkpoint until
+    write_scan(fresh, tmp_path / "fresh")  # scan.json is on disk (a full disk must not lose it)
+    assert not (tmp_path / "fresh" / CHECKPOINT_FILE).exists()
 
     batches = []
     stopped = scan_images(small, images, settings, out_dir=tmp_path / "out",
@@ -281,7 +283,9 @@ def test_a_stopped_scan_resumes_to_the_same_result(small, folder, tmp_path):
                            progress=lambda p: seen.append(p.phase), cancelled=lambda: seen.count("boxes") >= 2)  # fmt: skip
     assert not in_boxes.complete and in_boxes.processed == 12
     resumed = scan_images(small, images, settings, out_dir=tmp_path / "out", resume=True)
-    assert resumed.complete and not (tmp_path / "out" / CHECKPOINT_FILE).exists()
+    assert resumed.complete
+    write_scan(resumed, tmp_path / "out")
+    assert not (tmp_path / "out" / CHECKPOINT_FILE).exists()
     fresh_json, resumed_json = fresh.to_json(), resumed.to_json()
     for data in (fresh_json, resumed_json):
         data["scan"].pop("scan_s"), data["scan"].pop("boxes_s")
