@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QPointF, QRectF
+from PySide6.QtCore import QPoint, QPointF, QRectF
 from PySide6.QtGui import QImage, QPainter
 
 from app.core.hooks import Record
@@ -177,6 +177,39 @@ def test_a_panel_paints_the_workers_mosaic_pixel_for_pixel(qtbot, ratio: float) 
     painted = pixels(target)[y : y + worker.height(), x : x + worker.width()]
     np.testing.assert_array_equal(painted, pixels(worker))
     assert panel._mosaic._full is None  # the worker's copy was enough
+
+
+@pytest.mark.parametrize("ratio", [1.0, 2.0])
+def test_the_mosaic_lands_where_its_view_is_in_a_shared_backing_store(qtbot, ratio: float) -> None:
+    """On a real screen every widget paints into the window's one backing store, through a painter already moved
+    to the widget's place in the window: rendering the whole panel into an image at an offset does the same. The
+    mosaic must land under its view there too (it once landed offset twice over: black panels on a real display,
+    unseen by ``grab()``, which paints each widget on its own at the origin)."""
+    panel = FeatureMapPanel("layer", "forward", "layer", PanelSettings())
+    qtbot.addWidget(panel)
+    panel.resize(340, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    values = torch.rand(1, 64, 28, 28, generator=torch.Generator().manual_seed(1))
+    panel.show_picture(with_rendering(picture_of(record(values), PanelSettings()), None))
+    qtbot.wait(10)
+    fit = panel.view_size()
+    picture = with_rendering(picture_of(record(values), PanelSettings()), (round(fit[0] * ratio), round(fit[1] * ratio)))
+    panel.show_picture(picture)
+    worker = picture.rendered.qimage
+    offset = QPoint(37, 53)  # where the panel sits in the "window"
+    target = QImage(round((panel.width() + 80) * ratio), round((panel.height() + 80) * ratio),
+                    QImage.Format.Format_ARGB32_Premultiplied)
+    target.setDevicePixelRatio(ratio)
+    target.fill(0)
+    panel.render(target, offset)
+    view = panel._view
+    item = panel._mosaic
+    shown = item.deviceTransform(view.viewportTransform()).mapRect(item.boundingRect())
+    place = view.viewport().mapTo(panel, QPoint(0, 0)) + offset
+    x, y = round((place.x() + shown.left()) * ratio), round((place.y() + shown.top()) * ratio)
+    painted = pixels(target)[y : y + worker.height(), x : x + worker.width()]
+    np.testing.assert_array_equal(painted, pixels(worker))
 
 
 def test_a_zoomed_or_resized_panel_paints_the_mosaic_scaled(qtbot) -> None:

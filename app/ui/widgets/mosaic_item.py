@@ -67,14 +67,19 @@ class MosaicItem(pg.GraphicsObject):
                 and (round(shown.width()), round(shown.height())) == self._size):
             # Shown at the size the worker coloured it for (``rendering.fitted_size``): a plain copy at a whole
             # device pixel. Painted through the view's scaling, the raster engine takes its scaling path instead
-            # (the module's docstring says what each costs).
+            # (the module's docstring says what each costs). The copy is placed through the painter's own
+            # transform: what the painter adds after the world transform (the widget's offset in the window's
+            # shared backing store, the device pixel ratio) is undone here, not assumed to be nothing, so the
+            # image lands where the item is, in a partial repaint on a real screen as in an offscreen grab.
             world = QTransform(painter.worldTransform())
-            device = painter.device()
-            ratio = device.devicePixelRatioF() if device is not None else 1.0
-            painter.setWorldTransform(QTransform.fromScale(1 / ratio, 1 / ratio))  # with the device's scale: none
-            painter.drawImage(round(shown.left()), round(shown.top()), rendered.qimage)
-            painter.setWorldTransform(world)
-            return
+            beyond = world.inverted()[0] * to_device  # world -> device: view, redirection, device pixel ratio
+            undo, invertible = beyond.inverted()
+            if invertible:
+                at = QTransform.fromTranslate(round(shown.left()), round(shown.top()))
+                painter.setWorldTransform(at * undo)
+                painter.drawImage(0, 0, rendered.qimage)
+                painter.setWorldTransform(world)
+                return
         # Zoomed, resized since the run, mirrored: scaled, from the worker's copy while it has a pixel for every
         # device pixel painted (2% slack: a view a few pixels larger than when the run was asked for), else from
         # the full mosaic (made on the first zoom past the worker's copy, kept for this picture).
