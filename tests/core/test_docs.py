@@ -95,8 +95,8 @@ def _documented_commands(paths: list[Path]) -> list[tuple[str, list[str]]]:
         sessions = [b for b in _code_blocks(path, ("", "text", "console")) if re.search(r"^\$ ", b, re.MULTILINE)]
         for block in shell + sessions:  # a plain block is a shell session when it shows a "$ " prompt
             for command in _shell_commands(block):
-                if "..." in command:  # a shortened example ("hookscope scan ... --ray auto"): not a full command
-                    continue
+                if "..." in command or re.search(r"\s\[", command):
+                    continue  # shortened ("hookscope scan ... --ray auto") or a synopsis ("[--top 9]"): not a command
                 found += [(f"{path.name}: {command}", args) for args in _hookscope_invocations(command)]
     return found
 
