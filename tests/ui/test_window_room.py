@@ -236,3 +236,24 @@ def test_the_visualize_image_is_fitted_without_a_scroll_bar(make_window, qtbot) 
     assert not shown.isNull() and shown.width() <= feature.view.width() and shown.height() <= feature.view.height()
     assert max(shown.width(), shown.height()) >= 96
     assert QApplication.instance() is not None
+
+
+@pytest.mark.parametrize("size", [(1024, 700)])
+def test_each_legend_shows_its_minimum_and_maximum_whole(make_window, qtbot, size) -> None:
+    kinds = ("pre", "forward", "tensor", "grad_input")
+    window = started(make_window, qtbot, size, checks=["layer1.0.conv1", "layer3.0.conv2"], check_kinds=kinds)
+    shown = 0
+    for panel in window.panel_area.panels.values():
+        legend = panel.legend
+        if legend.legend is None or not legend.isVisibleTo(panel):
+            continue
+        parts = {part: (text, rect) for part, text, rect in legend.parts()}
+        ends = [parts["low"][0], parts["high"][0]]
+        if ends == ["min", "max"]:  # per channel: the values are the minimum and the maximum
+            assert parts["values"][0] == legend.legend.values and " … " in legend.legend.values
+        for part in ("low", "high", "values"):
+            if part in parts:
+                rect = parts[part][1]
+                assert rect.right() < legend.width(), f"{panel.key} {panel.kind}: legend's {part} cut at {size}"
+        shown += 1
+    assert shown >= 6

@@ -28,12 +28,14 @@ class Legend:
     lut: str  # a colormap name, or ``mosaic_item.DIFF_LUT``
     low: str
     high: str
-    note: str  # short: painted after the bar, elided when the panel is narrow
+    note: str  # short: painted after the values, elided when the panel is narrow
     detail: str = ""  # the whole story, for the tooltip
+    values: str = ""  # the range the ends stand for when they say "min" and "max": painted whole, before the note
 
     @property
     def text(self) -> str:
-        return f"{self.low} … {self.high} · {self.note}" + (f" · {self.detail}" if self.detail else "")
+        said = ", ".join(part for part in (self.values, self.note) if part)
+        return f"{self.low} … {self.high} · {said}" + (f" · {self.detail}" if self.detail else "")
 
 
 def number(value: float) -> str:
@@ -60,8 +62,8 @@ def legend_of(picture: PanelPicture) -> Legend | None:
         if shared:
             return Legend(lut, number(-magnitude), "+" + number(magnitude), "A − B, shared",
                           "one signed range for all tiles, 0 in the middle")
-        return Legend(lut, "−max", "+max", f"A − B per channel, |A − B| ≤ {number(magnitude)}",
-                      "each tile from −its max |A − B| to +its max, 0 in the middle")
+        return Legend(lut, "−max", "+max", "A − B per channel",
+                      "each tile from −its max |A − B| to +its max, 0 in the middle", f"|A − B| ≤ {number(magnitude)}")
     ranges = picture.arrangement.ranges
     if ranges is not None and ranges[0].size:
         low, high = float(ranges[0].min()), float(ranges[1].max())
@@ -72,7 +74,7 @@ def legend_of(picture: PanelPicture) -> Legend | None:
     values = f"{what}{number(low)} … {number(high)}"
     if shared:
         return Legend(lut, number(low), number(high), f"{what}shared".strip(), "one range for all tiles")
-    return Legend(lut, "min", "max", f"{values}, per channel", "per channel: min→max of each tile")
+    return Legend(lut, "min", "max", "per channel", "per channel: min→max of each tile", values)
 
 
 @cache
@@ -113,31 +115,47 @@ class ColorLegend(QWidget):
         self.setToolTip(f"Colours: {legend.text}" if legend is not None else "")
         self.update()
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
+    def parts(self) -> list[tuple[str, str, QRect]]:
+        """What is painted where, left to right: ("low" | "bar" | "high" | "values" | "note", text, rectangle).
+
+        The ends and the values are never elided (with "min" and "max" at the ends, the values are the minimum and
+        maximum themselves: a narrow panel once cut them off with the note); the note takes what is left."""
         legend = self.legend
         if legend is None:
-            return
-        painter = QPainter(self)
+            return []
         metrics = self.fontMetrics()
         height = self.height()
+        placed: list[tuple[str, str, QRect]] = []
         x = 0
-        painter.setPen(QColor(TEXT))
-        for part in ("low", "bar", "high"):
+        for part, text in (("low", legend.low), ("bar", ""), ("high", legend.high), ("values", legend.values)):
             if part == "bar":
-                bar = QRect(x, 3, BAR_WIDTH, height - 6)
-                painter.drawImage(bar, gradient_image(legend.lut))
-                painter.setPen(QColor(BORDER))
-                painter.drawRect(bar.adjusted(0, 0, -1, -1))
-                painter.setPen(QColor(TEXT))
+                placed.append((part, "", QRect(x, 3, BAR_WIDTH, height - 6)))
                 x += BAR_WIDTH + GAP
-                continue
-            text = legend.low if part == "low" else legend.high
-            width = metrics.horizontalAdvance(text)
-            painter.drawText(QRect(x, 0, width, height), int(Qt.AlignmentFlag.AlignVCenter), text)
-            x += width + GAP
+            elif text:
+                width = metrics.horizontalAdvance(text)
+                placed.append((part, text, QRect(x, 0, width, height)))
+                x += width + GAP
         room = self.width() - x - GAP
         if legend.note and room > metrics.horizontalAdvance("…") * 2:
-            painter.setPen(QColor(MUTED))
             note = metrics.elidedText(legend.note, Qt.TextElideMode.ElideRight, room)
-            painter.drawText(QRect(x + GAP, 0, room, height), int(Qt.AlignmentFlag.AlignVCenter), note)
+            placed.append(("note", note, QRect(x + GAP, 0, room, height)))
+        return placed
+
+    def minimum_width(self) -> int:
+        """The width that shows the ends, the bar and the values whole."""
+        shown = [rect for part, _, rect in self.parts() if part != "note"]
+        return max((rect.right() + 1 for rect in shown), default=0)
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
+        if self.legend is None:
+            return
+        painter = QPainter(self)
+        for part, text, rect in self.parts():
+            if part == "bar":
+                painter.drawImage(rect, gradient_image(self.legend.lut))
+                painter.setPen(QColor(BORDER))
+                painter.drawRect(rect.adjusted(0, 0, -1, -1))
+            else:
+                painter.setPen(QColor(MUTED if part == "note" else TEXT))
+                painter.drawText(rect, int(Qt.AlignmentFlag.AlignVCenter), text)
         painter.end()
