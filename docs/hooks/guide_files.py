@@ -2,7 +2,7 @@
 
 - ``reference/cli.md``: the command-line reference, rendered from the very argparse parsers that ``hookscope``
   parses its arguments with (``app.cli`` and ``app.cli_scan``), so ``--help`` and the guide cannot drift.
-- ``screenshots/*.png``: taken from ``resources/screenshots/`` (the files the README shows too), not copied.
+- ``screenshots/*``: the pictures (and clips) in ``resources/screenshots/``, which the README shows too: not copied.
 
 ``tests/core/test_docs.py`` loads this file to check that every subcommand and option is in the reference.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "resources" / "screenshots"
 REFERENCE = "reference/cli.md"
+SCREENSHOT_TYPES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".webm")
 
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -97,6 +98,6 @@ def on_files(files, config):
     from mkdocs.structure.files import File
 
     files.append(File.generated(config, REFERENCE, content=render_reference()))
-    for image in sorted(SCREENSHOTS.glob("*.png")):
+    for image in sorted(p for p in SCREENSHOTS.iterdir() if p.suffix.lower() in SCREENSHOT_TYPES):
         files.append(File.generated(config, f"screenshots/{image.name}", abs_src_path=str(image)))
     return files
