@@ -164,7 +164,7 @@ def test_in_the_window_a_tile_click_shows_the_top_images_under_the_channel_view(
     dock = window.dock(DOCK_ID)
     assert dock.isVisible() and window.dock("channel").isVisible()
     assert window.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea
-    assert dock.geometry().top() >= window.dock("channel").geometry().bottom()  # under the channel view
+    assert dock in window.tabifiedDockWidgets(window.dock("channel"))  # a tab beside the channel view, under the cards
     assert len(feature.entries) == 6
 
 

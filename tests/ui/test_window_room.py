@@ -257,3 +257,28 @@ def test_each_legend_shows_its_minimum_and_maximum_whole(make_window, qtbot, siz
                 assert rect.right() < legend.width(), f"{panel.key} {panel.kind}: legend's {part} cut at {size}"
         shown += 1
     assert shown >= 6
+
+
+def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_path) -> None:
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    for index in range(12):
+        Image.fromarray(rng.integers(0, 256, (72, 96, 3), dtype=np.uint8)).save(folder / f"img{index:03d}.png")
+    window = started(make_window, qtbot, (1024, 700), checks=["layer1.0.conv1"])
+    feature = window.features["scan"]
+    seen: list[tuple[str, int, int]] = []
+
+    def look(_progress: object) -> None:  # after the dock has shown this progress (connected after it)
+        bar = feature.progress
+        seen.append((bar.text(), bar.width(), bar.fontMetrics().horizontalAdvance(bar.text())))
+
+    feature.progressed.connect(look)
+    with qtbot.waitSignal(feature.finished, timeout=RUN_TIMEOUT_MS):
+        feature.scan_folder(str(folder))
+    counted = [entry for entry in seen if "images" in entry[0]]
+    assert counted, seen
+    for text, width, needed in counted:
+        assert width >= needed + 8, f"the scan's progress '{text}' cut: {width} px for {needed}"
