@@ -15,7 +15,7 @@ from torch import nn
 
 from app.core import models as core_models
 from app.core.session import file_sha256
-from app.ui.dialogs.architecture_dialog import ArchitectureDialog, guess_architecture
+from app.ui.dialogs.architecture_dialog import ArchitectureDialog, ArchitectureFit, guess_architecture
 from app.ui.features.open_model import MODEL_FOLDER_KEY, ModelFilesFeature, is_model_file
 from app.ui.state.settings import app_settings
 
@@ -74,11 +74,16 @@ def test_a_dropped_state_dict_asks_for_its_architecture_and_loads(files, workspa
     before = workspace.ticked_pairs()
     old_module = workspace.loaded.module
     asked = []
-    monkeypatch.setattr(files, "ask_architecture", lambda file, keys: asked.append((file, keys)) or ("resnet18", False))
+    monkeypatch.setattr(files, "ask_architecture", lambda file, keys, fits: asked.append((file, keys, fits)) or ("resnet18", False))
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         rest = host.drop_handlers[0]([str(photos[0]), str(path)])
     assert rest == [str(photos[0])]  # images are left for the image list
-    assert asked == [(str(path), len(saved))]
+    assert asked == [(str(path), len(saved), [ArchitectureFit("resnet18", len(saved))])]  # resnet18 fits, said so
+    assert asked[0][2][0].text == f"resnet18: all {len(saved)} tensors fit"
+    # The predictions keep ResNet-18's class names: the file's last layer still gives its 1000 classes.
+    names = core_models.default_categories("resnet18")
+    assert workspace.loaded.categories == names
+    assert [p.label for p in workspace.last.result.top5] == [names[p.index] for p in workspace.last.result.top5]
     loaded = workspace.loaded
     assert loaded.source == "state_dict" and loaded.model_file == str(path) and loaded.name == "resnet18"
     assert loaded.model_sha256 == file_sha256(path)  # a session saved later notices a changed file
@@ -96,7 +101,7 @@ def test_recent_models_reopen_a_file_without_asking(files, workspace, host, qtbo
     saved = torchvision.models.resnet18().state_dict()
     path = tmp_path / "cats_finetuned.pth"
     torch.save(saved, path)
-    monkeypatch.setattr(files, "ask_architecture", lambda file, keys: ("resnet18", True))
+    monkeypatch.setattr(files, "ask_architecture", lambda file, keys, fits: ("resnet18", True))
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         files.open(path)
     first = workspace.loaded
@@ -126,7 +131,7 @@ def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(files, workspace
     torch.save({"state_dict": saved}, path)
     previous = workspace.loaded
     answers = iter([("resnet18", False), ("resnet18", True)])
-    monkeypatch.setattr(files, "ask_architecture", lambda file, keys: next(answers))
+    monkeypatch.setattr(files, "ask_architecture", lambda file, keys, fits: next(answers))
     with qtbot.waitSignal(files.refused, timeout=RUN_TIMEOUT_MS) as refused:
         files.open(path)
     message = refused.args[0]
@@ -258,3 +263,27 @@ def test_the_architecture_chooser_searches_and_guesses(qtbot, tmp_path):
     assert guess_architecture("timm_resnet50.pth", both) == "timm/resnet50"
     assert guess_architecture("resnet50d.bin", both) == "timm/resnet50d"
     assert guess_architecture("weights.pt", both) is None
+
+
+def test_the_architectures_that_fit_are_found_selected_and_said(qtbot, tmp_path):
+    from app.ui.dialogs.architecture_dialog import architectures_that_fit
+
+    torch.manual_seed(3)
+    path = tmp_path / "weights.pt"  # a name that hints nothing
+    model = torchvision.models.resnet18()
+    torch.save(model.state_dict(), path)
+    fits = architectures_that_fit(str(path))
+    assert [fit.name for fit in fits] == ["resnet18"] and fits[0].text == "resnet18: all 122 tensors fit"
+    model.fc = torch.nn.Linear(512, 10)  # a new head: no architecture of the catalogue fits every tensor
+    other = tmp_path / "resnet18_ten_classes.pt"
+    torch.save(model.state_dict(), other)
+    assert architectures_that_fit(str(other)) == []
+
+    dialog = ArchitectureDialog(str(path), 122, fits=fits)
+    qtbot.addWidget(dialog)
+    assert dialog.architecture == "resnet18" and dialog.list.item(0).text() == "resnet18"
+    assert "resnet18: all 122 tensors fit" in dialog.fit_label.text()
+    unfitted = ArchitectureDialog(str(other), 122, fits=[])
+    qtbot.addWidget(unfitted)
+    assert unfitted.architecture == "resnet18"  # the name's hint, said to be a guess
+    assert "No architecture" in unfitted.fit_label.text()

@@ -1,13 +1,20 @@
 """Which architecture a state_dict belongs to: a searchable list of the catalogue, and a non-strict option.
 
-A state_dict holds only tensors, not the model's code, so the user names the architecture; the file's name is
-often a hint (``resnet18_finetuned.pth``), so the best guess is selected before the user types anything.
+A state_dict holds only tensors, not the model's code, so the user names the architecture. The architectures whose
+keys and shapes all fit the file (``architectures_that_fit``, found on the worker before the question) are listed
+first and selected, each saying so ("resnet18: all 122 tensors fit"); without one, the file's name is the hint
+(``resnet18_finetuned.pth``).
 """
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
+import torch
+import torchvision
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -20,7 +27,78 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.models import catalogue
+from app.core.models import catalogue, load_model, read_state_dict
+
+IGNORED_KEY = "num_batches_tracked"  # batch norm's counter: old checkpoints lack it, and loading does not need it
+
+
+@dataclass(frozen=True)
+class ArchitectureFit:
+    """An architecture every tensor of a state_dict fits: the same keys, the same shapes."""
+
+    name: str
+    tensors: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.name}: all {self.tensors} tensors fit"
+
+
+def _comparable(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    return {key: shape for key, shape in shapes.items() if not key.endswith(IGNORED_KEY)}
+
+
+@lru_cache(maxsize=256)
+def architecture_shapes(name: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The keys and shapes of an architecture's state_dict, built on the meta device (no memory, no weights); a
+    builder that computes on its tensors while building (RegNet) is built on the CPU."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # GoogLeNet's and Inception's FutureWarning about their initialisation
+        try:
+            if name.startswith("timm/"):
+                raise NotImplementedError  # built through the catalogue's own loader below
+            with torch.device("meta"):
+                module = torchvision.models.get_model(name, weights=None)
+        except NotImplementedError:
+            module = load_model(name, "none").module
+    return tuple((key, tuple(value.shape)) for key, value in module.state_dict().items())
+
+
+def _parameter_count(name: str) -> int | None:
+    """The architecture's parameter count from torchvision's weights metadata (nothing is built or downloaded)."""
+    try:
+        return int(torchvision.models.get_model_weights(name).DEFAULT.meta["num_params"])
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return None
+
+
+def architectures_that_fit(path: str, names: list[str] | None = None) -> list[ArchitectureFit]:
+    """The catalogue's architectures whose keys and shapes all fit the state_dict in ``path``, best first.
+
+    Building 80 architectures to compare takes seconds, so only those whose parameter count (torchvision's
+    metadata) matches the file's numbers of values are built: the parameters, plus at most a few percent of buffers
+    (batch norm's running statistics). The architecture the file's name suggests is always tried (timm's too)."""
+    state = read_state_dict(Path(path))
+    shapes = _comparable({key: tuple(value.shape) for key, value in state.items()})
+    values = sum(int(torch.Size(shape).numel()) for shape in shapes.values())
+    names = names if names is not None else catalogue(include_timm=True)
+    candidates = []
+    guess = guess_architecture(path, names)
+    if guess is not None:
+        candidates.append(guess)
+    for name in names:
+        count = None if name.startswith("timm/") else _parameter_count(name)
+        if count is not None and count <= values <= count * 1.03 + 1000 and name not in candidates:
+            candidates.append(name)
+    fits = []
+    for name in candidates:
+        try:
+            own = _comparable(dict(architecture_shapes(name)))
+        except Exception:  # noqa: BLE001  (an architecture that cannot be built here is simply not offered)
+            continue
+        if own == shapes:
+            fits.append(ArchitectureFit(name, len(state)))
+    return fits
 
 
 def guess_architecture(path: str, names: list[str]) -> str | None:
@@ -35,7 +113,8 @@ def guess_architecture(path: str, names: list[str]) -> str | None:
 class ArchitectureDialog(QDialog):
     """Which architecture a state_dict belongs to: a searchable list of the catalogue, and a non-strict option."""
 
-    def __init__(self, path: str, keys: int, parent: QWidget | None = None) -> None:
+    def __init__(self, path: str, keys: int, parent: QWidget | None = None,
+                 fits: list[ArchitectureFit] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Which architecture are these weights for?")
         self.setObjectName("architectureDialog")
@@ -49,8 +128,18 @@ class ArchitectureDialog(QDialog):
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Type to search the catalogue (e.g. resnet)")
         self.filter.setClearButtonEnabled(True)
+        self.fits = list(fits or [])
+        fitting = [fit.name for fit in self.fits]
+        self.fit_label = QLabel("; ".join(fit.text for fit in self.fits) if self.fits else
+                                "No architecture of the catalogue fits every tensor: the closest guess is selected.")
+        self.fit_label.setWordWrap(True)
+        self.fit_label.setObjectName("muted" if not self.fits else "")
         self.list = QListWidget()
-        self.list.addItems(names)
+        # The architectures that fit first (saying so), then the rest of the catalogue.
+        self.list.addItems([*fitting, *(name for name in names if name not in fitting)])
+        for row, fit in enumerate(self.fits):
+            self.list.item(row).setText(fit.name)
+            self.list.item(row).setToolTip(fit.text)
         self.non_strict_box = QCheckBox("Non-strict load: load the tensors that fit and list the rest")
         self.non_strict_box.setToolTip(
             "Off (the default): nothing is loaded unless every key and shape fits; the mismatches are listed."
@@ -63,11 +152,12 @@ class ArchitectureDialog(QDialog):
         self.list.itemDoubleClicked.connect(lambda *_: self.accept())
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
+        layout.addWidget(self.fit_label)
         layout.addWidget(self.filter)
         layout.addWidget(self.list, 1)
         layout.addWidget(self.non_strict_box)
         layout.addWidget(self.buttons)
-        guess = guess_architecture(path, names)
+        guess = fitting[0] if fitting else guess_architecture(path, names)
         if guess is not None:
             self.select(guess)
         self._update_buttons()
@@ -108,9 +198,10 @@ class ArchitectureDialog(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Open).setEnabled(self.architecture is not None)
 
 
-def ask_architecture(path: str, keys: int, parent: QWidget | None = None) -> tuple[str, bool] | None:
+def ask_architecture(path: str, keys: int, parent: QWidget | None = None,
+                     fits: list[ArchitectureFit] | None = None) -> tuple[str, bool] | None:
     """(architecture, non-strict) for the state_dict in ``path``, or None when the user cancels."""
-    dialog = ArchitectureDialog(path, keys, parent)
+    dialog = ArchitectureDialog(path, keys, parent, fits)
     if dialog.exec() != QDialog.DialogCode.Accepted or dialog.architecture is None:
         return None
     return dialog.architecture, dialog.non_strict

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from app.core.errors import HookscopeError
 from app.core.model_files import MODEL_FILE_SUFFIXES, ArchitectureRequired, TrustRequired, split_factory
-from app.core.models import LoadedModel
+from app.core.models import LoadedModel, default_categories
 from app.core.pipeline import ModelSource, open_model
 from app.ui.actions.specs import ActionSpec
-from app.ui.dialogs.architecture_dialog import ask_architecture
+from app.ui.dialogs.architecture_dialog import ArchitectureFit, architectures_that_fit, ask_architecture
 from app.ui.dialogs.trust_dialog import ask_trust
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
@@ -56,6 +56,25 @@ def factory_names(file: Path) -> list[str]:
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")
     ]
+
+
+def output_count(loaded: LoadedModel) -> int | None:
+    """How many classes the model's last layer gives: the length of its last parameter (the classifier's bias, or
+    its weight's rows), None for a model without parameters."""
+    parameters = list(loaded.module.parameters())
+    last = parameters[-1] if parameters else None
+    return int(last.shape[0]) if last is not None and last.ndim >= 1 else None
+
+
+def keep_class_names(loaded: LoadedModel) -> None:
+    """A state_dict for a catalogue architecture keeps the architecture's class names when its last layer still
+    gives as many classes (weights fine-tuned on ImageNet, a checkpoint of the same model); a new head of another
+    size keeps "class N". The engine leaves them out, as a file's classes are not known in general."""
+    if loaded.categories or loaded.source != "state_dict":
+        return
+    names = default_categories(loaded.name) if not loaded.name.startswith("timm/") else None
+    if names and output_count(loaded) == len(names):
+        loaded.categories = list(names)
 
 
 def recent_label(entry: dict) -> str:
@@ -97,9 +116,10 @@ class ModelFilesFeature(QObject):
                                               MODEL_FILE_FILTER)
         return path or None
 
-    def ask_architecture(self, path: str, keys: int) -> tuple[str, bool] | None:
-        """(architecture, non-strict) for a state_dict, or None when the user cancels."""
-        return ask_architecture(path, keys, self.host.dialog_parent())
+    def ask_architecture(self, path: str, keys: int, fits: list[ArchitectureFit]) -> tuple[str, bool] | None:
+        """(architecture, non-strict) for a state_dict, or None when the user cancels; ``fits``: the architectures
+        all of whose keys and shapes fit the file, selected first."""
+        return ask_architecture(path, keys, self.host.dialog_parent(), fits)
 
     def ask_trust(self, path: str, objects: tuple[str, ...]) -> bool:
         """Whether the user trusts ``path`` enough to run code from it (Cancel is the default answer)."""
@@ -155,7 +175,17 @@ class ModelFilesFeature(QObject):
         opened = self._opened
 
         def work() -> LoadedModel:  # on the worker thread
-            loaded = open_model(source, hash_file=True)
+            try:
+                loaded = open_model(source, hash_file=True)
+            except ArchitectureRequired as error:
+                # Which architectures fit, found here rather than in the question: it builds a few (on the meta
+                # device) and reads the file again.
+                try:
+                    error.fits = architectures_that_fit(error.path)  # type: ignore[attr-defined]
+                except HookscopeError:
+                    error.fits = []  # type: ignore[attr-defined]
+                raise
+            keep_class_names(loaded)
             opened[id(loaded)] = entry
             return loaded
 
@@ -177,7 +207,7 @@ class ModelFilesFeature(QObject):
         return False  # a bug: the workspace shows it with its traceback on stderr
 
     def _answer_architecture(self, source: ModelSource, error: ArchitectureRequired) -> None:
-        answer = self.ask_architecture(error.path, error.keys)
+        answer = self.ask_architecture(error.path, error.keys, list(getattr(error, "fits", [])))
         if answer is None:
             self._refuse(f"{Path(error.path).name} was not opened: no architecture was chosen.")
             return
