@@ -139,6 +139,8 @@ class MainWindow(QMainWindow):
         self.panel_area.message.connect(lambda text, error: self.show_error(text) if error else
                                         self.statusBar().showMessage(text, 6000))
         space.view_size = self.panel_area.view_size
+        space.hidden_panels = self._hidden_panels
+        self.panel_area.pictures_wanted.connect(space.prepare_pictures)
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(4, 4, 4, 0)
@@ -184,6 +186,7 @@ class MainWindow(QMainWindow):
         self.menus.add(builtin_actions(self))
         for dock_id in ("modules", "input", "predictions", "channel"):
             self._add_dock_toggle(dock_id)
+        self.menus.actions["file.previous_image"].setEnabled(False)  # no image list yet
         self.busy_bar = QProgressBar()
         self.busy_bar.setRange(0, 0)
         self.busy_bar.setFixedWidth(70)
@@ -198,7 +201,8 @@ class MainWindow(QMainWindow):
         space.model_changed.connect(self._on_model_changed)
         space.hooks_changed.connect(self._on_hooks_changed)
         space.run_applied.connect(self._on_run_applied)
-        space.image_list_changed.connect(lambda: self.input_panel.set_list(space.queue.paths, space.queue.index))
+        space.pictures_ready.connect(lambda ready: self.panel_area.show_pictures(ready.pictures, ready.views))
+        space.image_list_changed.connect(self._on_image_list_changed)
         space.device_changed.connect(self.chooser.show_device)
         space.weights_changed.connect(lambda *_: self._sync_chooser())
         space.panel_settings_changed.connect(self._on_panel_settings)
@@ -319,6 +323,12 @@ class MainWindow(QMainWindow):
         if added and len(added) == len(changes) and self.workspace.last is None:
             self.tree_view.expand_to(path for path, _ in added)
 
+    def _on_image_list_changed(self) -> None:
+        queue = self.workspace.queue
+        self.input_panel.set_list(queue.paths, queue.index)
+        # Nothing before the first image: Previous (and Page Up) is off there rather than jumping to the last one.
+        self.menus.actions["file.previous_image"].setEnabled(bool(queue.index))
+
     def _on_panel_settings(self, changes: list) -> None:
         for path, kind, settings in changes:
             for panel in self.panel_area.panels_of(path, kind):
@@ -330,7 +340,8 @@ class MainWindow(QMainWindow):
         result = outcome.result
         self.panel_area.show_results(outcome.pictures, space.ticked_pairs(), space.missing_reason,
                                      space.settings_for,
-                                     views=outcome.comparison.views if outcome.comparison is not None else None)
+                                     views=outcome.comparison.views if outcome.comparison is not None else None,
+                                     deferred=outcome.deferred)
         self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name)
         target_text = result.target
         categories = space.loaded.categories if space.loaded else None
@@ -363,6 +374,13 @@ class MainWindow(QMainWindow):
             line, space.model_message = f"{space.model_message} · {line}", ""
         self.statusBar().showMessage(line, 8000)
         self.run_finished.emit()
+
+    def _hidden_panels(self) -> frozenset[tuple[str, str]]:
+        """The panels a run may leave undrawn until they scroll in: those out of view, but not the one the Channel
+        view shows (it follows every run)."""
+        hidden = self.panel_area.hidden_idents()
+        shown = self.channel_view.picture if self._docks["channel"].isVisible() else None
+        return hidden - {(shown.kind, shown.key)} if shown is not None else hidden
 
     def open_channel(self, picture: PanelPicture, channel: int) -> None:
         """The channel view for one tile: the map large, its histogram and statistics, the overlay."""

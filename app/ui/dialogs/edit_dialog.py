@@ -29,7 +29,9 @@ from PySide6.QtWidgets import (
 from app.core.errors import HookscopeError
 from app.core.images import IMAGE_SUFFIXES
 from app.core.interventions import CHANNEL_KINDS, EDIT_KINDS, Intervention
+from app.ui.dialogs.folders import last_folder, remember_folder
 
+OTHER_IMAGE_FOLDER = "mix_image"  # where the mix edit's image was last chosen
 EDIT_LABELS: dict[str, str] = {
     "zero": "Switch off channels of the output",
     "keep": "Keep only some channels of the output",
@@ -165,9 +167,10 @@ class EditDialog(QDialog):
 
     def _browse(self) -> None:
         patterns = " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES))
-        start = os.path.dirname(self.other_edit.text()) or pictures_folder()
+        start = os.path.dirname(self.other_edit.text()) or last_folder(OTHER_IMAGE_FOLDER, False, pictures_folder())
         path, _ = QFileDialog.getOpenFileName(self, "The other image", start, f"Images ({patterns});;All files (*)")
         if path:
+            remember_folder(OTHER_IMAGE_FOLDER, path, False)  # for this session: the dialog knows no settings
             self.other_edit.setText(path)
 
     def value(self) -> Intervention:

@@ -51,6 +51,7 @@ from app.core.scan import scan_images as run_scan_images
 from app.core.scan_results import SCAN_FILE, PatchReader, read_scan, write_scan
 from app.core.views import sort_order
 from app.ui.actions.specs import ActionSpec
+from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import LoadOutcome
 from app.ui.state.worker import Job
@@ -60,6 +61,7 @@ FEATURE_ID = "scan"
 DOCK_ID = "scan"
 TOP = 9  # images per channel
 BATCH_SIZE = 16
+SCANNED_FOLDER, SCAN_FILE_FOLDER = "scanned", "scans"  # where the last folder scanned, the last scan file, were
 THUMB = 72  # pixels of a patch in the dock
 PROMPT = (
     "File ▸ Scan a folder… finds, for each ticked module (Act), the images of a folder that excite each channel most."
@@ -172,8 +174,11 @@ class ScanFeature(QObject):
 
     # ---- scanning ------------------------------------------------------------------------------------------------
     def scan_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), "Scan a folder of images")
+        remembers = self.host.remembers
+        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), "Scan a folder of images",
+                                                  last_folder(SCANNED_FOLDER, remembers))
         if folder:
+            remember_folder(SCANNED_FOLDER, folder, remembers)
             self.scan_folder(folder)
 
     def scan_folder(self, folder: str) -> bool:
@@ -316,9 +321,12 @@ class ScanFeature(QObject):
 
     # ---- opening and saving ----------------------------------------------------------------------------------------
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open a scan", "",
+        remembers = self.host.remembers
+        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open a scan",
+                                              last_folder(SCAN_FILE_FOLDER, remembers),
                                               f"Hookscope scans ({SCAN_FILE});;All files (*)")  # fmt: skip
         if path:
+            remember_folder(SCAN_FILE_FOLDER, path, remembers)
             self.open_scan(path)
 
     def open_scan(self, path: str) -> bool:
@@ -338,8 +346,11 @@ class ScanFeature(QObject):
     def save_dialog(self) -> None:
         if self.result is None:
             return
-        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), f"Save the scan ({SCAN_FILE}) in")
+        remembers = self.host.remembers
+        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), f"Save the scan ({SCAN_FILE}) in",
+                                                  last_folder(SCAN_FILE_FOLDER, remembers))
         if folder:
+            remember_folder(SCAN_FILE_FOLDER, folder, remembers)
             self.save(folder)
 
     def save(self, folder: str) -> Path | None:

@@ -11,6 +11,7 @@ so far stays); Save… writes a PNG; Use as image A runs it through the workspac
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import numpy as np
@@ -37,6 +38,7 @@ from app.core.hooks import FORWARD, HookInfo
 from app.core.pictures import PanelPicture
 from app.core.visualize import Objective, Visualization, VisualizeSettings, visualize
 from app.ui.actions.specs import ActionSpec
+from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import ImageSource, LoadOutcome
 from app.ui.state.worker import Job
@@ -46,6 +48,7 @@ FEATURE_ID = "visualize"
 DOCK_ID = "visualize"
 WHOLE_LAYER = -1  # the channel box's special value
 PROMPT = "Right-click a channel tile and choose Visualize channel, or pick a module and a channel here."
+SAVE_FOLDER = "visualizations"  # where the last visualization was saved
 VIEW_MIN = 96  # the image's least side in the dock; it grows to fill the room the dock has
 
 
@@ -433,10 +436,12 @@ class VisualizeFeature(QObject):
             if objective is None
             else f"{objective.layer or 'model'}-{'layer' if objective.channel is None else objective.channel}.png"
         )
+        start = last_folder(SAVE_FOLDER, self.host.remembers)
         path, _ = QFileDialog.getSaveFileName(
-            self.host.dialog_parent(), "Save the visualization", name, "PNG image (*.png)"
+            self.host.dialog_parent(), "Save the visualization", os.path.join(start, name), "PNG image (*.png)"
         )
         if path:
+            remember_folder(SAVE_FOLDER, path, self.host.remembers)
             self.save_to(path if path.lower().endswith(".png") else path + ".png")
 
     def use_as_image_a(self) -> bool:

@@ -69,7 +69,7 @@ class InputPanel(QWidget):
         self.list.setToolTip("Images dropped or opened together; step with Page Up / Page Down")
         self.list.itemActivated.connect(lambda item: self.image_selected.emit(self.list.row(item)))
         self.list.itemClicked.connect(lambda item: self.image_selected.emit(self.list.row(item)))
-        previous = QPushButton("◀ Previous")
+        self.previous_button = previous = QPushButton("◀ Previous")
         previous.clicked.connect(lambda: self.step_requested.emit(-1))
         following = QPushButton("Next ▶")
         following.clicked.connect(lambda: self.step_requested.emit(1))
@@ -119,3 +119,4 @@ class InputPanel(QWidget):
         self.list.blockSignals(False)
         self.count.setText(f"{(current or 0) + 1} of {len(paths)}" if paths else "")
         self._list_box.setVisible(len(paths) > 1)
+        self.previous_button.setEnabled(bool(current))  # the first image has none before it
