@@ -665,7 +665,8 @@ def run_visualize(args: argparse.Namespace) -> int:
     from PIL import Image
 
     from app.core.devices import resolve_device
-    from app.core.visualize import Objective, VisualizeSettings, load_direction, visualize
+    from app.core.memory_fit import available_memory, refuse_unless_fits
+    from app.core.visualize import Objective, VisualizeSettings, find_module, load_direction, memory_need, visualize
 
     out = Path(args.out)
     if args.steps < 1:  # no step, no time per step to report
@@ -680,6 +681,11 @@ def run_visualize(args: argparse.Namespace) -> int:
                                  diversity=args.diversity, device=str(resolve_device(args.device)))
     loaded = load_for_cli(argparse.Namespace(**{**vars(args), "seed": args.weights_seed}))
     loaded.module.to(settings.device)
+    find_module(loaded.module, args.layer)  # a wrong name first, in its own words
+    need, free = memory_need(loaded.module, loaded.preprocess, args.layer), available_memory(settings.device)
+    refuse_unless_fits("one image", args.size, lambda size: need(size, 1), 16, free, "--size")
+    refuse_unless_fits(f"images of {args.size}x{args.size} pixels", args.images,
+                       lambda images: need(args.size, images), 1, free, "--images")  # fmt: skip
 
     drawn = []
 

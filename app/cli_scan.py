@@ -123,6 +123,17 @@ def _progress(report_every: float = 0.2):
     return show
 
 
+def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
+    """--size and --batch-size that cannot fit in memory are refused before the first image is read."""
+    from app.core.memory_fit import available_memory, refuse_unless_fits
+    from app.core.scan import memory_need
+
+    need, free, size = memory_need(loaded, settings, images), available_memory(device), loaded.preprocess.crop
+    refuse_unless_fits("one image", size, lambda pixels: need(pixels, 1), 16, free, "--size")
+    refuse_unless_fits(f"batches of {size}x{size} pixels", settings.batch_size, lambda batch: need(size, batch), 1,
+                       free, "--batch-size", " (or --no-boxes)" if settings.boxes else "")  # fmt: skip
+
+
 def run_scan_command(args: argparse.Namespace) -> int:
     from app.cli import _select_layers, load_for_cli, model_source
     from app.core.batch import find_images
@@ -146,6 +157,7 @@ def run_scan_command(args: argparse.Namespace) -> int:
     modules = _select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
     settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size,
                             boxes=not args.no_boxes)  # fmt: skip
+    _refuse_what_cannot_fit(loaded, settings, len(images), device)
     if args.ray is not None:
         from app.core.scan_ray import RayScan
 

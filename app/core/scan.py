@@ -58,6 +58,7 @@ from torch import nn
 from app.core.batch import READ_AHEAD, read_ahead, write_json_atomically
 from app.core.errors import HookscopeError, ImageError
 from app.core.images import Preprocess, read_image
+from app.core.memory_fit import activation_bytes
 from app.core.models import LoadedModel
 from app.core.scan_results import (
     CHECKPOINT_FILE,
@@ -600,6 +601,26 @@ class LocalScan:
             for number, future in reads:
                 read_input = units_input(self.preprocess, chunks[number], future.result())
                 yield number, chunk_boxes(self.scanner, self.preprocess, chunks[number], read_input)
+
+
+def memory_need(loaded: LoadedModel, settings: ScanSettings, images: int) -> Callable[[int, int], float]:
+    """``need(size, batch)``: the bytes a scan of ``images`` images must hold at once, at least, at ``size`` pixels
+    with ``batch`` as its batch size. A batch of the scan: per image the decoded picture resized (uint8), its input
+    tensor and the model's largest output; a chunk of the boxes (with gradients): per top-k entry its input and
+    what autograd keeps as far as the first of the modules."""
+    preprocess = loaded.preprocess
+    per_pixel = activation_bytes(loaded.module, preprocess.channels, settings.modules)
+    ratio = (preprocess.resize or preprocess.crop) / preprocess.crop  # the resize's shorter side, per crop pixel
+    tensor = preprocess.channels * 4
+    channels = sum(layout_of(shape, path).channels for path, shape in per_pixel.shapes.items() if 2 <= len(shape) <= 4)
+    entries = max(1, channels) * min(settings.top, images) if settings.boxes else 0
+
+    def need(size: int, batch: int) -> float:
+        resized = int(size * ratio)
+        scan = min(batch, images) * (resized * resized * 3 + (tensor + per_pixel.largest) * size * size)
+        return max(scan, min(batch, entries) * (tensor + per_pixel.upto) * size * size)
+
+    return need
 
 
 # =========================================================================================== the scan ====

@@ -40,6 +40,7 @@ from torch.nn import functional as F
 
 from app.core.errors import HookscopeError
 from app.core.images import Preprocess
+from app.core.memory_fit import activation_bytes
 from app.core.structure import tensor_leaves
 
 # The square root of ImageNet's colour correlation (Lucid's ``color_correlation_svd_sqrt``, used as is by Lucent),
@@ -399,6 +400,20 @@ def bare_forward_backward_ms(module: nn.Module, preprocess: Preprocess, size: in
             torch.autograd.grad(out.sum(), x)
     _sync(device)
     return (time.perf_counter() - start) * 1000
+
+
+def memory_need(module: nn.Module, preprocess: Preprocess, layer: str) -> Callable[[int, int], float]:
+    """``need(size, images)``: the bytes a visualisation must hold at once, at least: per image the spectrum four
+    times (the parameter, its gradient, Adam's two moments), the image and its warp, and the activations autograd
+    keeps as far as ``layer``; or the bare forward+backward of the whole model at one image, when that is more."""
+    per_pixel = activation_bytes(module, preprocess.channels, layer)
+
+    def need(size: int, images: int) -> float:
+        spectrum = 3 * size * (size // 2 + 1) * 2 * 4
+        return images * (4 * spectrum + 2 * 3 * size * size * 4) + max(images * per_pixel.upto,
+                                                                          per_pixel.total) * size * size
+
+    return need
 
 
 def _device_of(module: nn.Module) -> torch.device:

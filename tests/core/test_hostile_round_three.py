@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -171,3 +173,70 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_and_leaves_nothing(images, s
     assert line == (f"hookscope: error: Cannot write the scan's checkpoint '{out / CHECKPOINT_FILE}': No space "
                     "left on device.")  # fmt: skip
     assert list(out.iterdir()) == []
+
+
+# ---- 2: sizes and counts that cannot fit ---------------------------------------------------------------------
+def run_bounded(args: list[str], timeout: float = 120) -> tuple[int, str, float]:
+    """The real command in a process of its own: exit status, stderr and its peak memory in GB (a process that
+    grows without bound is killed at the timeout, and the test fails on it)."""
+    process = subprocess.Popen([sys.executable, "-m", "app", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    try:
+        err = process.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"hookscope {' '.join(args)} still ran after {timeout} s")
+    peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6  # kB on Linux: the largest child so far
+    return process.returncode, err, peak_gb
+
+
+@pytest.mark.parametrize("option, value, what", [("--size", "100000", "one image"),
+                                                 ("--images", "100000", "images of 64x64 pixels")])  # fmt: skip
+def test_visualize_refuses_what_cannot_fit_before_allocating_it(tmp_path, option, value, what) -> None:
+    out = tmp_path / "dream.png"
+    args = ["visualize", "--weights", "none", "--layer", "layer1", "--steps", "2", "--size", "64", "--out", str(out)]
+    code, err, peak_gb = run_bounded([*args, option, value])
+    assert code == 2, err
+    line = one_error(err)
+    assert line.startswith(f"hookscope: error: {option} {value} needs at least ") and f"of memory for {what}" in line
+    fits = int(line.rsplit(f"at most {option} ", 1)[1].split(" would fit")[0])
+    assert 1 <= fits < int(value)
+    assert peak_gb < 3 and not out.exists()
+
+
+@pytest.mark.parametrize("extra, option", [(("--size", "100000"), "--size"),
+                                           (("--size", "4000", "--batch-size", "64"), "--batch-size")])  # fmt: skip
+def test_scan_refuses_what_cannot_fit_before_reading_an_image(images, tmp_path, extra, option) -> None:
+    from app.core.memory_fit import available_memory
+
+    out = tmp_path / "out"
+    many = tmp_path / "many"  # 64 images, so that a batch of 64 is a batch of 64
+    many.mkdir()
+    for index in range(64):
+        (many / f"{index}.png").write_bytes((images / f"photo{index % 5}.png").read_bytes())
+    if option == "--batch-size" and available_memory() > 60e9:  # ResNet-18 needs about 80 GB for it
+        pytest.skip("this machine may have memory for a batch of 64 images of 4000 pixels")
+    args = ["scan", "--weights", "none", "--images", str(many), "--layers", "layer1", "--out", str(out), *extra]
+    code, err, peak_gb = run_bounded(args)
+    assert code == 2, err
+    line = one_error(err)
+    assert line.startswith(f"hookscope: error: {option} ") and "of memory for " in line and "would fit" in line
+    assert peak_gb < 3 and not out.exists()
+
+
+def test_what_would_fit_is_the_largest_value_that_does() -> None:
+    from app.core.errors import HookscopeError
+    from app.core.memory_fit import largest_fitting, refuse_unless_fits
+
+    def need(n: int) -> float:
+        return 1000.0 * n * n
+
+    assert largest_fitting(need, 16, 10_000, 1e9) == 1000 and largest_fitting(need, 16, 10_000, 1e5) is None
+    refuse_unless_fits("one image", 1000, need, 16, int(1e9), "--size")  # fits exactly: no error
+    refuse_unless_fits("one image", 10**9, need, 16, None, "--size")  # nothing known: no refusal
+    with pytest.raises(HookscopeError, match=r"^--size 1001 needs at least 1.0 GB of memory for one image, more "
+                                             r"than the 1.0 GB available; at most --size 1000 would fit\.$"):  # fmt: skip
+        refuse_unless_fits("one image", 1001, need, 16, int(1e9), "--size")
+    with pytest.raises(HookscopeError, match="not even --size 16 would fit"):
+        refuse_unless_fits("one image", 20, need, 16, 1000, "--size")
