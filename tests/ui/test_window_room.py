@@ -238,7 +238,7 @@ def test_the_visualize_image_is_fitted_without_a_scroll_bar(make_window, qtbot) 
     assert QApplication.instance() is not None
 
 
-@pytest.mark.parametrize("size", [(1024, 700)])
+@pytest.mark.parametrize("size", [(1024, 700), (1920, 1080)])
 def test_each_legend_shows_its_minimum_and_maximum_whole(make_window, qtbot, size) -> None:
     kinds = ("pre", "forward", "tensor", "grad_input")
     window = started(make_window, qtbot, size, checks=["layer1.0.conv1", "layer3.0.conv2"], check_kinds=kinds)
@@ -248,15 +248,17 @@ def test_each_legend_shows_its_minimum_and_maximum_whole(make_window, qtbot, siz
         if legend.legend is None or not legend.isVisibleTo(panel):
             continue
         parts = {part: (text, rect) for part, text, rect in legend.parts()}
-        ends = [parts["low"][0], parts["high"][0]]
-        if ends == ["min", "max"]:  # per channel: the values are the minimum and the maximum
+        ends = [parts[end][0] for end in ("low", "high") if end in parts]
+        if legend.legend.low == "min":  # per channel: the values are the minimum and the maximum
             assert parts["values"][0] == legend.legend.values and " … " in legend.legend.values
+        else:  # shared: the ends are the numbers
+            assert ends == [legend.legend.low, legend.legend.high]
         for part in ("low", "high", "values"):
             if part in parts:
                 rect = parts[part][1]
                 assert rect.right() < legend.width(), f"{panel.key} {panel.kind}: legend's {part} cut at {size}"
         shown += 1
-    assert shown >= 6
+    assert shown >= 4  # the first module's In, Act, Grad and Grad in (the panels out of view wait to be drawn)
 
 
 def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_path) -> None:
@@ -282,3 +284,23 @@ def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_pa
     assert counted, seen
     for text, width, needed in counted:
         assert width >= needed + 8, f"the scan's progress '{text}' cut: {width} px for {needed}"
+
+
+def test_a_narrow_legend_keeps_its_values_whole(qtbot) -> None:
+    """A gradient panel in a row of four at 1920 px: about 200 px for "min [bar] max 5.05e−9 … 0.00123": the note
+    goes, the bar narrows, and the values stay whole."""
+    from app.ui.widgets.legend import ColorLegend, Legend, number
+
+    legend = ColorLegend()
+    qtbot.addWidget(legend)
+    values = f"{number(5.05e-9)} … {number(0.00123)}"
+    assert values == "5.05e−9 … 0.00123"
+    legend.set_legend(Legend("viridis", "min", "max", "|grad| per channel", "", values))
+    needed = legend.fontMetrics().horizontalAdvance(values)
+    for width in (needed + 200, needed + 90, needed + 40):
+        legend.resize(width, legend.height())
+        parts = {part: (text, rect) for part, text, rect in legend.parts()}
+        assert parts["values"][0] == values and parts["values"][1].right() < width, (width, parts)
+        assert parts["bar"][1].width() >= 24
+    legend.resize(needed + 200, legend.height())
+    assert {"low", "high", "note"} <= {part for part, *_ in legend.parts()}  # room for all when wide

@@ -18,6 +18,7 @@ from app.ui.state.rendering import DIFF_LUT, color_table, lut_of
 from app.ui.theme import BORDER, MUTED, TEXT
 
 BAR_WIDTH = 56  # px of the gradient bar
+BAR_MIN_WIDTH = 24  # a narrow panel's bar shrinks to this before the values lose room
 GAP = 4
 
 
@@ -41,6 +42,9 @@ class Legend:
 def number(value: float) -> str:
     """A legend number: short, with a real minus sign."""
     text = f"{value:.3g}"
+    if "e" in text:  # 5.05e-09 -> 5.05e-9: a narrow legend has no room for the exponent's padding
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
     return text.replace("-", "−")
 
 
@@ -71,10 +75,11 @@ def legend_of(picture: PanelPicture) -> Legend | None:
         data = picture.channels.data
         low, high = float(data.min()), float(data.max())
     what = "|grad| " if picture.is_gradient else ""
-    values = f"{what}{number(low)} … {number(high)}"
+    values = f"{number(low)} … {number(high)}"
     if shared:
         return Legend(lut, number(low), number(high), f"{what}shared".strip(), "one range for all tiles")
-    return Legend(lut, "min", "max", "per channel", "per channel: min→max of each tile", values)
+    # "|grad|" in the note, not the values: a narrow panel keeps the numbers whole and elides the words.
+    return Legend(lut, "min", "max", f"{what}per channel", "per channel: min→max of each tile", values)
 
 
 @cache
@@ -125,14 +130,28 @@ class ColorLegend(QWidget):
             return []
         metrics = self.fontMetrics()
         height = self.height()
+
+        def widths(ends: bool) -> list[tuple[str, str, int]]:
+            return [(part, text, BAR_WIDTH if part == "bar" else metrics.horizontalAdvance(text))
+                    for part, text in (("low", legend.low), ("bar", ""), ("high", legend.high),
+                                       ("values", legend.values))
+                    if part == "bar" or (text and (ends or part == "values"))]
+
+        # In a narrow panel the note goes first, then the bar narrows, then the words "min" and "max" at its ends
+        # (the values after them say the same numbers); the values stay whole as long as they fit at all.
+        shown = widths(ends=True)
+        need = sum(width for *_, width in shown) + GAP * (len(shown) - 1)
+        if need > self.width() and legend.values and legend.low == "min":
+            shown = widths(ends=False)
+            need = sum(width for *_, width in shown) + GAP * (len(shown) - 1)
+        bar = max(BAR_MIN_WIDTH, BAR_WIDTH - max(0, need - self.width()))
         placed: list[tuple[str, str, QRect]] = []
         x = 0
-        for part, text in (("low", legend.low), ("bar", ""), ("high", legend.high), ("values", legend.values)):
+        for part, text, width in shown:
             if part == "bar":
-                placed.append((part, "", QRect(x, 3, BAR_WIDTH, height - 6)))
-                x += BAR_WIDTH + GAP
-            elif text:
-                width = metrics.horizontalAdvance(text)
+                placed.append((part, "", QRect(x, 3, bar, height - 6)))
+                x += bar + GAP
+            else:
                 placed.append((part, text, QRect(x, 0, width, height)))
                 x += width + GAP
         room = self.width() - x - GAP
