@@ -710,6 +710,8 @@ def run_visualize(args: argparse.Namespace) -> int:
         f"{result.objective_end:.4g}; {result.step_ms:.1f} ms per step vs a bare forward+backward "
         f"{result.bare_ms:.1f} ms (ratio {result.ratio:.2f}, median of {len(result.pair_ratios)} adjacent pairs) -> {out}"
     )
+    if result.non_finite_line():
+        print(f"hookscope: warning: {result.non_finite_line()}", file=sys.stderr)
     return 0
 
 

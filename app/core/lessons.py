@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from app.core.blame import model_pass
 from app.core.capture import RunResult, _objective, capture_run
 from app.core.errors import HookscopeError
 from app.core.hooks import FORWARD, FULL_BACKWARD, PRE, TENSOR, HookInfo, HookRegistry
@@ -1522,15 +1523,26 @@ def lesson_inputs(
     note = ""
     x = preprocess.to_tensor(image).to(device)
     try:
-        known = survey(model, x)
+        known = model_pass("forward", survey, model, x)
     except Exception as error:  # noqa: BLE001  (any failure at the small size: the model's own size is the fix)
         if preprocess is own:
             raise
         note = f"{size} pixels did not fit the model ({_first_line(error)}); the lessons use its own {own.crop}."
         preprocess = own
         x = preprocess.to_tensor(image).to(device)
-        known = survey(model, x)
+        known = model_pass("forward", survey, model, x)
+    _check_backward(model, x)
     return LessonInputs(x, preprocess.to_tensor(other).to(device), plan(model, known), note)
+
+
+def _check_backward(model: nn.Module, x: torch.Tensor) -> None:
+    """The model's own backward failure (an in-place op autograd needed) is one error, in export's words, before
+    the lessons start: not half the lessons failing with it."""
+    with torch.enable_grad():
+        xin = x.detach().clone().requires_grad_(True)
+        score, _, _ = _objective(model_pass("forward", model, xin), "top1")
+        if score.requires_grad:
+            model_pass("backward", torch.autograd.grad, score, [xin], allow_unused=True)
 
 
 def lesson(lesson_id: str) -> Lesson:

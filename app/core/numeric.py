@@ -14,6 +14,7 @@ by value; the weights' answer is kept per model until a parameter changes (its v
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from app.core.capture import RunResult
+from app.core.structure import tensor_leaves
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,27 @@ def count_non_finite(name: str, tensor: torch.Tensor) -> NonFinite | None:
     if nan == 0 and inf == 0:  # only the sum overflowed: every value is finite
         return None
     return NonFinite(name, nan, inf, data.numel())
+
+
+def first_non_finite_output(model: nn.Module, run: Callable[[], object]) -> str | None:
+    """The path of the first module whose output held NaN or inf while ``run()`` ran ``model`` (a hook fires as its
+    module returns, so the first is the innermost module that made them); None when none did."""
+    found: list[str] = []
+
+    def watch(path: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: object, output: object) -> None:
+            if not found and any(count_non_finite(path, t) for _, t in tensor_leaves(output)):
+                found.append(path)
+
+        return hook
+
+    handles = [module.register_forward_hook(watch(path)) for path, module in model.named_modules() if path]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
 
 
 _WEIGHTS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], list[NonFinite]]] = weakref.WeakKeyDictionary()

@@ -38,9 +38,11 @@ from PIL import Image
 from torch import nn
 from torch.nn import functional as F
 
+from app.core.blame import model_pass
 from app.core.errors import HookscopeError
 from app.core.images import Preprocess
 from app.core.memory_fit import activation_bytes
+from app.core.numeric import first_non_finite_output
 from app.core.structure import tensor_leaves
 
 # The square root of ImageNet's colour correlation (Lucid's ``color_correlation_svd_sqrt``, used as is by Lucent),
@@ -138,6 +140,19 @@ class Visualization:
     bare_ms: float  # median time of a bare forward+backward of the whole model at the same size
     pair_ratios: list[float] = field(default_factory=list)  # step / bare, for each bare pass and the step after it
     history: list[float] = field(default_factory=list)  # the objective as optimised (transformed image), per step
+    non_finite_at: str | None = None  # the first module whose output went NaN or inf ("": the image itself)
+
+    def non_finite_line(self) -> str:
+        """One warning when the objective went NaN or inf ('' when it stayed finite)."""
+        if self.non_finite_at is None and all(map(math.isfinite, (self.objective_start, self.objective_end))):
+            return ""
+        if self.non_finite_at is None:
+            where = "no module's output held NaN or inf on the plain image"
+        elif not self.non_finite_at:
+            where = "the image itself went NaN or inf (a step's gradient was not finite)"
+        else:
+            where = f"the first module whose output held NaN or inf is '{self.non_finite_at}'"
+        return f"the objective is not a finite number ({self.objective_end:g}); {where}."
 
     @property
     def image(self) -> np.ndarray:
@@ -299,7 +314,7 @@ class LayerTap:
         self.output = None
         self._armed = True
         try:
-            model(x)
+            model_pass("forward", model, x)  # the model's own failure in export's words
         except _StopForward:
             pass
         finally:
@@ -395,11 +410,19 @@ def bare_forward_backward_ms(module: nn.Module, preprocess: Preprocess, size: in
     x = torch.rand((1, preprocess.channels, size, size), device=device, requires_grad=True)
     start = time.perf_counter()
     with torch.enable_grad():
-        out = next((t for _, t in tensor_leaves(module(x)) if t.is_floating_point()), None)
+        out = next((t for _, t in tensor_leaves(model_pass("forward", module, x)) if t.is_floating_point()), None)
         if out is not None and out.requires_grad:
-            torch.autograd.grad(out.sum(), x)
+            model_pass("backward", torch.autograd.grad, out.sum(), x)
     _sync(device)
     return (time.perf_counter() - start) * 1000
+
+
+def _first_non_finite(module: nn.Module, layer: LayerTap, x: torch.Tensor) -> str:
+    """Where the objective went NaN or inf: the first module whose output did on ``x`` ("": ``x`` itself)."""
+    if not bool(torch.isfinite(x).all()):
+        return ""
+    with torch.no_grad():
+        return first_non_finite_output(module, lambda: layer.run(module, x)) or layer.path
 
 
 def memory_need(module: nn.Module, preprocess: Preprocess, layer: str) -> Callable[[int, int], float]:
@@ -460,6 +483,7 @@ def visualize(
     history: list[float] = []
     steps_done = 0
     stopped = False
+    non_finite_at: str | None = None
 
     with LayerTap(target, objective.layer) as layer:
         if tap is not None:
@@ -468,6 +492,8 @@ def visualize(
             first = layer.run(module, model.normalise(image()))
             check_objective(objective, first)
             start_value = float(activation(objective, first).mean())
+            if not math.isfinite(start_value):
+                non_finite_at = _first_non_finite(module, layer, model.normalise(image()))
         for step in range(settings.steps):
             if cancelled is not None and cancelled():
                 stopped = True
@@ -477,12 +503,15 @@ def visualize(
                 bare_times.append(bare_forward_backward_ms(module, preprocess, settings.size, device))
             began = time.perf_counter()
             with torch.enable_grad():
-                output = layer.run(module, model.normalise(_random_warp(image(), generator)))
+                warped = _random_warp(image(), generator)
+                output = layer.run(module, model.normalise(warped))
                 value = activation(objective, output).mean()
                 loss = -sign * value
                 if settings.diversity > 0 and settings.images > 1:
                     loss = loss + settings.diversity * gram_similarity(output)
-                (grad,) = torch.autograd.grad(loss, [image.spectrum])
+                (grad,) = model_pass("backward", torch.autograd.grad, loss, [image.spectrum])
+            if non_finite_at is None and not math.isfinite(float(value.detach())):
+                non_finite_at = _first_non_finite(module, layer, model.normalise(warped))
             image.spectrum.grad = grad
             optimiser.step()
             _sync(device)
@@ -512,4 +541,5 @@ def visualize(
         bare_ms=statistics.median(bare_times),
         pair_ratios=pair_ratios,
         history=history,
+        non_finite_at=non_finite_at,
     )

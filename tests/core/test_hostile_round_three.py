@@ -240,3 +240,97 @@ def test_what_would_fit_is_the_largest_value_that_does() -> None:
         refuse_unless_fits("one image", 1001, need, 16, int(1e9), "--size")
     with pytest.raises(HookscopeError, match="not even --size 16 would fit"):
         refuse_unless_fits("one image", 20, need, 16, 1000, "--size")
+
+
+# ---- 5: a model that raises in visualize and lessons; a NaN objective --------------------------------------
+MODELS = '''
+import torch
+from torch import nn
+
+
+class Small(nn.Module):
+    def __init__(self, mode="fine"):
+        super().__init__()
+        self.mode = mode
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4, 10)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.mode == "raises":
+            raise ValueError("shapes do not match in my model")
+        if self.mode == "inplace":
+            y = y.sigmoid()
+            y.mul_(2)  # sigmoid's backward needs its output: autograd refuses
+        return self.fc(y.mean((2, 3)))
+
+
+class Poisoned(nn.Module):
+    """NaN made in the middle: conv1 is fine, boom's weights are NaN, conv2 reads its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3)
+        self.boom = nn.Conv2d(4, 4, 1)
+        self.conv2 = nn.Conv2d(4, 4, 3)
+        with torch.no_grad():
+            self.boom.weight.fill_(float("nan"))
+
+    def forward(self, x):
+        return self.conv2(self.boom(self.conv1(x))).mean((2, 3))
+
+
+def raises():
+    return Small("raises")
+
+
+def inplace():
+    return Small("inplace")
+
+
+def poisoned():
+    return Poisoned()
+'''
+
+
+@pytest.fixture
+def model_py(tmp_path: Path) -> Path:
+    path = tmp_path / "model.py"
+    path.write_text(MODELS)
+    return path
+
+
+FORWARD = "hookscope: error: The model raised during its forward pass: ValueError: shapes do not match in my model"
+BACKWARD = "hookscope: error: The model raised during its backward pass: RuntimeError: one of the variables needed"
+
+
+@pytest.mark.parametrize("factory, expected", [("raises", FORWARD), ("inplace", BACKWARD)])
+def test_visualize_words_the_models_own_failure_as_export_does(model_py, tmp_path, capsys, factory,
+                                                               expected) -> None:  # fmt: skip
+    out = tmp_path / "dream.png"
+    code = main(["visualize", "--model-file", f"{model_py}:{factory}", "--trust", "--layer", "conv", "--steps", "3",
+                 "--size", "32", "--out", str(out)])  # fmt: skip
+    assert code == 2
+    line = one_error(capsys.readouterr().err)
+    assert line.startswith(expected)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("factory, expected", [("raises", FORWARD), ("inplace", BACKWARD)])
+def test_lessons_word_the_models_own_failure_as_export_does(model_py, capsys, factory, expected) -> None:
+    code = main(["lessons", "--run-all", "--model-file", f"{model_py}:{factory}", "--trust"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert one_error(captured.err).startswith(expected)
+    assert captured.out == ""  # no lesson ran half-way
+
+
+def test_a_nan_objective_is_a_warning_naming_the_first_module_that_went_non_finite(model_py, tmp_path,
+                                                                                   capsys) -> None:  # fmt: skip
+    out = tmp_path / "dream.png"
+    code = main(["visualize", "--model-file", f"{model_py}:poisoned", "--trust", "--layer", "conv2", "--steps", "3",
+                 "--size", "32", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    warnings = [line for line in error_lines(capsys.readouterr().err) if "warning" in line]
+    assert warnings == ["hookscope: warning: the objective is not a finite number (nan); the first module whose "
+                        "output held NaN or inf is 'boom'."]  # fmt: skip
