@@ -48,7 +48,7 @@ def test_the_cards_keep_their_room_and_the_side_views_share_one_tab_stack(make_w
     window = started(make_window, qtbot, size)
     height = window.height()
     least = max(CARD_MIN_HEIGHT, int(height * CARD_SHARE))
-    for dock_id in SIDE_VIEWS:
+    for dock_id in (*SIDE_VIEWS, "grad_cam", "inspector"):  # Grad-CAM tabs with the input, the inspector left
         open_side_view(window, dock_id)
         qtbot.wait(100)
         assert window.dock(dock_id).isVisible() and not window.dock(dock_id).visibleRegion().isEmpty(), dock_id
