@@ -121,10 +121,12 @@ class InspectorFeature:
         # table to two rows): minimum heights the dock keeps. Five rows, the explanation under them, then the code
         # (which scrolls itself) and the Copy buttons.
         rows = self.table.verticalHeader().defaultSectionSize() * SHOWN_ROWS
-        self.table.setMinimumHeight(rows + self.table.horizontalHeader().sizeHint().height()
-                                    + self.table.horizontalScrollBar().sizeHint().height()  # the columns scroll
-                                    + 2 * self.table.frameWidth() + 2)
-        self.code.setMinimumHeight(3 * self.code.fontMetrics().lineSpacing() + 12)
+        self._least_heights = (
+            rows + self.table.horizontalHeader().sizeHint().height()
+            + self.table.horizontalScrollBar().sizeHint().height()  # the columns scroll sideways
+            + 2 * self.table.frameWidth() + 2,
+            3 * self.code.fontMetrics().lineSpacing() + 12,
+        )
         layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
@@ -137,6 +139,10 @@ class InspectorFeature:
         self.dock = host.add_dock(
             DockSpec(DOCK_ID, "Hook inspector", area="left", tab_with="interventions", scroll=False), self.widget
         )
+        # The least heights hold while the inspector is the tab in front: the window then gives it the room (from
+        # the module tree above); behind the Interventions it asks for none, and the tree can take the height back.
+        self.dock.visibilityChanged.connect(self._on_visibility)
+        self._on_visibility()
         host.add_actions([
             ActionSpec(
                 SHOW_ACTION,
@@ -154,6 +160,17 @@ class InspectorFeature:
         workspace.run_applied.connect(self._on_run_applied)
         workspace.external_hooks_changed.connect(self._on_external_hooks_changed)
         self.refresh()
+
+    def _on_visibility(self, _visible: bool = False) -> None:
+        # Read once the window has settled: showing a window shows every tab of a stack for a moment, and the
+        # inspector's least heights would then push the tree's separator down for good.
+        QTimer.singleShot(0, self._keep_least_heights)
+
+    def _keep_least_heights(self) -> None:
+        visible = self.dock.isVisible() and not self.dock.visibleRegion().isEmpty()
+        table, code = self._least_heights if visible else (0, 0)
+        self.table.setMinimumHeight(table)
+        self.code.setMinimumHeight(code)
 
     # ---- the workspace's signals ------------------------------------------------------------------------------
     def _on_hooks_changed(self, _changes: object = None) -> None:
