@@ -72,3 +72,21 @@ def test_file_dialogs_start_in_the_folder_used_last(make_window, qtbot, tmp_path
     scan.scan_dialog()
     scan.scan_dialog()
     assert answers.starts[-1] == str(scanned)
+
+
+def test_the_screenshot_dialog_starts_where_the_last_screenshot_went(make_window, qtbot, tmp_path, monkeypatch):
+    import os
+
+    from app.ui.actions.builtin import screenshot_dialog
+
+    window = make_window(remember=False)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    answers = Answers(monkeypatch)
+    shot = tmp_path / "shots" / "window.png"
+    shot.parent.mkdir()
+    answers.answer = str(shot)
+    screenshot_dialog(window)
+    assert shot.is_file()
+    screenshot_dialog(window)
+    assert os.path.dirname(answers.starts[-1]) == str(shot.parent)

@@ -15,6 +15,7 @@ from app.core.pictures import SCALINGS
 from app.core.resources import COLORMAPS, sample_image
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.about import show_about
+from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.state.settings import app_settings
 from app.ui.state.workspace import Workspace
 
@@ -32,6 +33,7 @@ the input tensors are used instead; the tree's tooltip says which.<br><br>
 Every tick is a real hook on the live model, and every untick removes it. Hooks &gt; Hook inspector lists every
 live handle with the plain PyTorch that registers it."""
 LAST_FOLDER_KEY = "last_image_folder"
+SCREENSHOT_FOLDER = "screenshots"  # where the last window screenshot was saved (the images' folder at first)
 NO_GUIDE = f"""<b>The user guide is not part of this installation.</b><br><br>
 The installer ships it (Help &gt; User guide opens it offline). In a source checkout, build it with
 <code>{BUILD_HINT}</code>; its pages are also readable as Markdown in the checkout's <code>docs/</code> folder,
@@ -83,9 +85,13 @@ def open_image_dialog(shell: Shell) -> None:
 
 
 def screenshot_dialog(shell: Shell) -> None:
-    path, _ = QFileDialog.getSaveFileName(shell, "Save window screenshot", "hookscope.png", "PNG (*.png)")
-    if path and not shell.save_screenshot(path):
-        shell.show_error(f"Could not write '{path}'.")
+    start = os.path.join(last_folder(SCREENSHOT_FOLDER, shell.remembers, image_folder(shell.remembers)),
+                         "hookscope.png")
+    path, _ = QFileDialog.getSaveFileName(shell, "Save window screenshot", start, "PNG (*.png)")
+    if path:
+        remember_folder(SCREENSHOT_FOLDER, path, shell.remembers)
+        if not shell.save_screenshot(path):
+            shell.show_error(f"Could not write '{path}'.")
 
 
 def recent_images(shell: Shell, menu: QMenu) -> None:
