@@ -59,11 +59,24 @@ def module_expression(path: str) -> str:
     parts = path.split(".")
     if all(p.isidentifier() and not keyword.iskeyword(p) and not hasattr(nn.Module, p) for p in parts):
         return "model." + path
-    return f'model.get_submodule("{path}")'
+    return f"model.get_submodule({literal(path)})"
 
 
 def _ident(path: str) -> str:
-    return re.sub(r"\W", "_", path) or "model"
+    return re.sub(r"\W", "_", path, flags=re.ASCII) or "model"
+
+
+def literal(text: str) -> str:
+    """``text`` as a Python string literal: repr's (a module's name never becomes code), in double quotes where it
+    holds no quote (repr then needs no escape for one), as the rest of the generated code is written."""
+    code = repr(text)
+    return f'"{code[1:-1]}"' if code.startswith("'") and '"' not in text and "'" not in text else code
+
+
+def one_line(text: object) -> str:
+    """Text for a comment of generated code: unprintable characters escaped as repr does, so that a newline in a
+    module's name cannot end the comment and start code."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _float(value: float) -> str:
@@ -95,6 +108,7 @@ def hook_snippet(info: HookInfo, intervention: Intervention | None = None, *, ru
 
 def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
     path, module = info.path, module_expression(info.path)
+    shown = one_line(path)  # in comments
     key = captured_key(path, info.kind)
     ident = _ident(path)
     many = calls > 1
@@ -102,13 +116,13 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
 
     def keep(value: str, front: bool = False) -> str:
         if not many:
-            return f'captured["{key}"] = {value}'
-        return f'captured.setdefault("{key}", []).{"insert(0, " if front else "append("}{value})'
+            return f"captured[{literal(key)}] = {value}"
+        return f'captured.setdefault({literal(key)}, []).{"insert(0, " if front else "append("}{value})'
 
     if info.method == FORWARD:
         name = f"save_output_{ident}"
         lines.append(
-            f"# {path or 'The model'}'s output: a forward hook gets (module, inputs, output) after the module ran."
+            f"# {shown or 'The model'}'s output: a forward hook gets (module, inputs, output) after the module ran."
         )
         if many:
             lines.append(f"# It runs {calls} times per forward pass: one entry per call.")
@@ -126,7 +140,7 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
     if info.method == PRE:
         name = f"save_input_{ident}"
         lines.append(
-            f"# {path or 'The model'}'s input: a forward pre-hook gets (module, inputs) before the module runs."
+            f"# {shown or 'The model'}'s input: a forward pre-hook gets (module, inputs) before the module runs."
         )
         if many:
             lines.append(f"# It runs {calls} times per forward pass: one entry per call.")
@@ -140,7 +154,7 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
     if info.method == FULL_BACKWARD:
         name = f"save_grad_output_{ident}"
         lines.append(
-            f"# The gradient of {path or 'the model'}'s output: a full backward hook gets "
+            f"# The gradient of {shown or 'the model'}'s output: a full backward hook gets "
             "(module, grad_input, grad_output) when the gradient reaches the module."
         )
         lines.append("# (The window's Grad column uses a tensor hook on the output for this: exact after in-place ops.)")
@@ -154,9 +168,9 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
         name = f"save_output_grad_{ident}"
         if info.method == FALLBACK:
             note = info.note or "A full backward hook cannot be used here; a tensor hook on its output is used instead."
-            lines.append(f"# {note}")
+            lines.append(f"# {one_line(note)}")
         lines.append(
-            f"# The gradient of {path or 'the model'}'s output: a forward hook puts a tensor hook on the output; "
+            f"# The gradient of {shown or 'the model'}'s output: a forward hook puts a tensor hook on the output; "
             "the tensor hook gets the gradient."
         )
         if info.method == TENSOR:
@@ -168,7 +182,7 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
             lines.append("    # The output is not a single tensor: this keeps the gradient of its first tensor.")
         if many:
             lines.append(f"    # It runs {calls} times per forward pass: one entry per call, in forward order.")
-            lines.append(f'    entries = captured.setdefault("{key}", [])')
+            lines.append(f"    entries = captured.setdefault({literal(key)}, [])")
             lines.append("    entries.append(None)")
             lines.append("    call = len(entries) - 1")
             lines.append("")
@@ -176,7 +190,7 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
             lines.append("        entries[call] = grad.detach().clone()")
         else:
             lines.append("    def save(grad):")
-            lines.append(f'        captured["{key}"] = grad.detach().clone()')
+            lines.append(f"        captured[{literal(key)}] = grad.detach().clone()")
         lines.append("")
         lines.append(f"    if {tensor}.requires_grad:  # only tensors that require grad take tensor hooks")
         lines.append(f"        {tensor}.register_hook(save)")
@@ -188,7 +202,7 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
 def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, keep) -> list[str]:
     """grad_input: a full backward hook (the only hook that gives it), or tensor hooks on the inputs where it
     cannot work."""
-    path = info.path or "the model"
+    path = one_line(info.path) or "the model"  # in comments only
     many = calls > 1
     lines: list[str] = []
     if info.method == FULL_BACKWARD:
@@ -207,7 +221,7 @@ def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, kee
         return lines + _register(f"h_{name}", module, "register_full_backward_hook", name)
     if info.method == FALLBACK:
         name = f"save_input_grad_{ident}"
-        lines.append(f"# {info.note or 'A full backward hook cannot be used here.'}")
+        lines.append(f"# {one_line(info.note or 'A full backward hook cannot be used here.')}")
         lines.append(
             f"# The gradient of {path}'s input: a forward pre-hook puts a tensor hook on the input; the tensor hook "
             "gets its gradient."
@@ -215,7 +229,7 @@ def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, kee
         lines.append(f"def {name}(module, inputs):")
         if many:
             lines.append(f"    # It runs {calls} times per forward pass: one entry per call, in forward order.")
-            lines.append(f'    entries = captured.setdefault("{captured_key(info.path, info.kind)}", [])')
+            lines.append(f"    entries = captured.setdefault({literal(captured_key(info.path, info.kind))}, [])")
             lines.append("    entries.append(None)")
             lines.append("    call = len(entries) - 1")
             lines.append("")
@@ -223,7 +237,7 @@ def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, kee
             lines.append("        entries[call] = grad.detach().clone()")
         else:
             lines.append("    def save(grad):")
-            lines.append(f'        captured["{captured_key(info.path, info.kind)}"] = grad.detach().clone()')
+            lines.append(f"        captured[{literal(captured_key(info.path, info.kind))}] = grad.detach().clone()")
         lines.append("")
         lines.append("    if inputs[0].requires_grad:  # only tensors that require grad take tensor hooks")
         lines.append("        inputs[0].register_hook(save)")
@@ -238,7 +252,8 @@ def mix_reference_snippet(edit: Intervention, edit_id: int = 0) -> str:
     """
     name = f"keep_other_{edit_id}_{_ident(edit.path)}"
     lines = [
-        f"# {edit.path}'s output on {edit.other_image}, from one pass without gradients and before any edit:",
+        f"# {one_line(edit.path)}'s output on {one_line(edit.other_image)}, from one pass without gradients and "
+        "before any edit:",
         f"mix_outputs_{edit_id} = []",
         "",
         "",
@@ -262,7 +277,7 @@ def edit_snippet(edit: Intervention, edit_id: int = 0, *, calls: int = 1, with_r
     module = module_expression(edit.path)
     name = f"edit{edit_id}_{edit.kind.replace('-', '_')}_{_ident(edit.path)}"
     factor = _float(edit.factor)
-    lines = [f"# {edit.describe()}."]
+    lines = [f"# {one_line(edit.describe())}."]
     if edit.kind in ("zero", "keep", "scale", "mix"):
         lines.append("# A forward hook that returns a value replaces the module's output.")
         prefix: list[str] = []

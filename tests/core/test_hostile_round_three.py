@@ -334,3 +334,99 @@ def test_a_nan_objective_is_a_warning_naming_the_first_module_that_went_non_fini
     warnings = [line for line in error_lines(capsys.readouterr().err) if "warning" in line]
     assert warnings == ["hookscope: warning: the objective is not a finite number (nan); the first module whose "
                         "output held NaN or inf is 'boom'."]  # fmt: skip
+
+
+# ---- 6: the generated script -----------------------------------------------------------------------------
+HOSTILE = '''
+from torch import nn
+
+NAMES = ('a"b', "c'd\\nopen({marker!r}, 'w')", 'e"""f\\\\')
+
+
+class Hostile(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.add_module(NAMES[0], nn.Conv2d(3, 4, 3))
+        self.add_module(NAMES[1], nn.ReLU())
+        self.add_module(NAMES[2], nn.Linear(4, 10))
+
+    def forward(self, x):
+        y = self._modules[NAMES[1]](self._modules[NAMES[0]](x))
+        return self._modules[NAMES[2]](y.mean((2, 3)))
+
+
+def build():
+    return Hostile()
+'''
+
+
+@pytest.fixture
+def hostile_script(tmp_path) -> tuple[Path, Path, Path]:
+    """A script written by export --script for a trusted model whose module names hold quotes, a newline with code
+    after it, and a backslash; (the script, the model file, the file the injected code would create)."""
+    marker = tmp_path / "injected"
+    model = tmp_path / 'my "model".py'
+    model.write_text(HOSTILE.format(marker=str(marker)))
+    script = tmp_path / "run.py"
+    code = main(["export", "--model-file", f"{model}:build", "--trust", "--image", SAMPLE, "--out",
+                 str(tmp_path / "out"), "--no-png", "--hooks", "forward,pre,backward,tensor,grad_input",
+                 "--edit", 'scale:a"b:0.5', "--script", str(script)])  # fmt: skip
+    assert code == 0
+    return script, model, marker
+
+
+def run_script(script: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=ENV, timeout=300)
+
+
+def test_hostile_module_names_never_become_code(hostile_script, tmp_path) -> None:
+    import ast
+
+    script, _model, marker = hostile_script
+    ast.parse(script.read_text())  # the script parses
+    done = run_script(script, "--save", str(tmp_path / "captures.npz"))
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()  # the newline in a name did not start code
+    keys = set(np.load(tmp_path / "captures.npz").files)
+    names = ('a"b', f"c'd\nopen({str(marker)!r}, 'w')", 'e"""f\\')
+    assert {f"activations/{name}" for name in names} <= keys
+
+
+def test_the_snippets_of_hostile_names_parse() -> None:
+    import ast
+
+    from torch import nn
+
+    from app.core.hooks import HookRegistry
+    from app.core.interventions import parse_edit
+    from app.core.snippets import edit_snippet, hook_snippet, module_expression
+
+    for name in ('a"b', "c'd\nimport os", 'e"""f\\', "x\x00y"):
+        ast.parse(module_expression(name))
+        model = nn.Sequential()
+        model.add_module(name, nn.Conv2d(3, 4, 3))
+        with HookRegistry(model) as registry:
+            for kind in ("forward", "pre", "backward", "tensor", "grad_input"):
+                ast.parse(hook_snippet(registry.add(name, kind)))
+        ast.parse(edit_snippet(parse_edit(f"zero:{name}:0")))
+
+
+@pytest.mark.parametrize("damage", ["missing folder", "unreadable image", "deleted model file"])
+def test_the_script_says_what_is_wrong_in_one_line(hostile_script, tmp_path, damage) -> None:
+    script, model, _marker = hostile_script
+    args: list[str] = []
+    if damage == "missing folder":
+        args = ["--save", str(tmp_path / "missing" / "captures.npz")]
+    elif damage == "unreadable image":
+        args = ["--image", str(model)]
+    else:
+        model.unlink()
+    done = run_script(script, *args)
+    assert done.returncode == 2
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1 and lines[0].startswith("run.py: error: ") and "Traceback" not in done.stderr, lines
+    expected = {"missing folder": f"the folder {str(tmp_path / 'missing')!r} does not exist",
+                "unreadable image": f"cannot read the image {str(model)!r}",
+                "deleted model file": f"cannot build the model: No such file or directory: {str(model)!r}"}[damage]
+    assert expected in lines[0]
+    assert not (tmp_path / "missing").exists()
