@@ -285,6 +285,18 @@ def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_pa
     for text, width, needed in counted:
         assert width >= needed + 8, f"the scan's progress '{text}' cut: {width} px for {needed}"
 
+    # Its top images, a row of nine patches (about 770 px), scroll sideways in the dock: the window stays 1024 wide.
+    width = window.width()
+    picture = window.panel_area.panels_of("layer1.0.conv1", "forward")[0].picture
+    with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
+        window.open_channel(picture, 2)
+    window.show_dock("scan")
+    qtbot.wait(150)
+    assert len(feature.entries) >= 9
+    assert window.width() == width, f"the Top images widened the window to {window.width()}"
+    dock = window.dock("scan")
+    assert dock.geometry().right() < window.width() and window.panel_area.width() > 300
+
 
 def test_a_narrow_legend_keeps_its_values_whole(qtbot) -> None:
     """A gradient panel in a row of four at 1920 px: about 200 px for "min [bar] max 5.05e−9 … 0.00123": the note

@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, QSize, QThreadPool, Signal
+from PySide6.QtCore import QObject, QSize, Qt, QThreadPool, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -157,11 +158,22 @@ class ScanFeature(QObject):
         layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
-        layout.addLayout(self.strip)
+        # The patches in a strip that scrolls sideways: nine side by side need about 770 px, and as a plain row they
+        # widened the window past a 1024 px screen.
+        strip = QWidget()
+        strip.setLayout(self.strip)
+        self.strip.setContentsMargins(0, 0, 0, 0)
+        strip_area = QScrollArea()
+        strip_area.setWidget(strip)
+        strip_area.setWidgetResizable(True)
+        strip_area.setFrameShape(QScrollArea.Shape.NoFrame)
+        strip_area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        strip_area.setFixedHeight(THUMB + 12 + strip_area.horizontalScrollBar().sizeHint().height())
+        layout.addWidget(strip_area)
         layout.addWidget(self.stats)
         layout.addStretch(1)
         # Not in a scroll area: the dock keeps the height of a row of patches, so none is ever cut off.
-        self.widget.setMinimumHeight(THUMB + 80)
+        self.widget.setMinimumHeight(THUMB + 100)
 
     @property
     def running(self) -> bool:
