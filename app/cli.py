@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,11 +21,13 @@ from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
 from app.core.allocator import keep_freed_memory
 from app.core.errors import HookscopeError
 from app.core.hooks import KINDS
+from app.core.termination import SIGTERM_EXIT, Terminated, sigterm_raises
 
 if TYPE_CHECKING:
     from app.core.pipeline import ModelSource
 
 SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan")
+BUILD_NOTE_AFTER_S = 2.0  # a model that takes longer to build is named, with how to stop it
 
 
 def _csv(text: str) -> list[str]:
@@ -185,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"hookscope: error: {error}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("hookscope: stopped (SIGTERM)", file=sys.stderr)
+        return SIGTERM_EXIT
     except KeyboardInterrupt:
         print("hookscope: interrupted", file=sys.stderr)
         return 130
@@ -242,13 +249,36 @@ def model_source(args: argparse.Namespace) -> ModelSource:
     )
 
 
+@contextmanager
+def building(source: ModelSource, after_s: float = BUILD_NOTE_AFTER_S) -> Iterator[None]:
+    """While a model is built or loaded: after ``after_s`` seconds one line says what is being built (a trusted
+    model.py's factory can take long, or never return), and Ctrl-C or SIGTERM stop it."""
+    from app.core.model_files import split_factory
+
+    if source.file:
+        file, factory = split_factory(source.file)
+        what = f"the model with {factory}() from '{file}'" if factory else f"the model from '{file}'"
+    else:
+        what = f"the model {source.name}"
+    note = threading.Timer(after_s, lambda: print(f"hookscope: still building {what}; Ctrl-C stops it.",
+                                                  file=sys.stderr, flush=True))  # fmt: skip
+    note.daemon = True
+    note.start()
+    try:
+        with sigterm_raises():
+            yield
+    finally:
+        note.cancel()
+
+
 def load_for_cli(args: argparse.Namespace):
     """The model the command line asked for (catalogue name and weights, or --model-file), with its notice printed."""
     from app.core.models import TIMM_PREFIX
     from app.core.pipeline import open_model
 
     source = model_source(args)
-    loaded = open_model(source)
+    with building(source):
+        loaded = open_model(source)
     if not source.file:
         if args.weights == "default" and not loaded.pretrained and not args.model.startswith(TIMM_PREFIX):
             loaded.notice = loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
@@ -489,7 +519,8 @@ def run_export_session(args: argparse.Namespace) -> int:
             images.remove(path)
     if not images:
         raise HookscopeError("None of the session's images could be used; there is nothing to run.")
-    loaded = open_model(source)
+    with building(source):
+        loaded = open_model(source)
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     with HookRegistry(loaded.module) as registry:
@@ -598,7 +629,6 @@ def _progress_bar(label: str):
 
 def run_download(args: argparse.Namespace) -> int:
     from app.core.models import default_weights_file
-    from app.core.termination import SIGTERM_EXIT, Terminated, sigterm_raises
     from app.core.weights import download_weights, weights_url
 
     if args.min_rate < 0:

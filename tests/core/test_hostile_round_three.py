@@ -12,8 +12,10 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -430,3 +432,35 @@ def test_the_script_says_what_is_wrong_in_one_line(hostile_script, tmp_path, dam
                 "deleted model file": f"cannot build the model: No such file or directory: {str(model)!r}"}[damage]
     assert expected in lines[0]
     assert not (tmp_path / "missing").exists()
+
+
+# ---- 1: a build() that never returns -----------------------------------------------------------------------
+@pytest.mark.parametrize("command, stop", [("export", signal.SIGINT), ("scan", signal.SIGTERM),
+                                           ("lessons", signal.SIGINT), ("visualize", signal.SIGTERM)])  # fmt: skip
+def test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm(images, tmp_path, command,
+                                                                              stop) -> None:  # fmt: skip
+    model = tmp_path / "model.py"
+    model.write_text("def build():\n    while True:  # a pure-Python loop: only a signal handler gets in\n        pass\n")
+    spec = ["--model-file", f"{model}:build", "--trust"]
+    out = tmp_path / "out"
+    args = {"export": ["export", *spec, "--image", SAMPLE, "--out", str(out)],
+            "scan": ["scan", *spec, "--images", str(images), "--layers", "all", "--out", str(out)],
+            "lessons": ["lessons", "--run-all", *spec],
+            "visualize": ["visualize", *spec, "--layer", "x", "--out", str(tmp_path / "dream.png")]}[command]
+    process = subprocess.Popen([sys.executable, "-m", "app", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    note = f"hookscope: still building the model with build() from '{model}'; Ctrl-C stops it.\n"
+    deadline = threading.Timer(90, process.kill)  # no note: the read below ends, and the test fails, not hangs
+    deadline.start()
+    try:
+        seen = process.stderr.readline()  # the note comes 2 s into the build
+        assert seen == note
+        process.send_signal(stop)
+        err = seen + process.communicate(timeout=60)[1]
+    finally:
+        deadline.cancel()
+        process.kill()
+        process.wait()
+    expected = (130, "hookscope: interrupted") if stop == signal.SIGINT else (143, "hookscope: stopped (SIGTERM)")
+    assert (process.returncode, error_lines(err)) == (expected[0], [note.strip(), expected[1]])
+    assert not out.exists() and not (tmp_path / "dream.png").exists()
