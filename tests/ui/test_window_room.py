@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QTabBar, QWidget
 from app.ui.main_window import CARD_MIN_HEIGHT, CARD_SHARE
 
 SIZES = [(1024, 700), (1366, 768)]
-SIDE_VIEWS = ("channel", "scan", "visualize", "lessons")
+SIDE_VIEWS = ("channel", "scan", "visualize", "lessons", "grad_cam")
 
 
 def started(make_window, qtbot, size, **options):
@@ -33,6 +33,8 @@ def open_side_view(window, dock_id: str) -> None:
         window.open_channel(picture, 1)
     elif dock_id == "lessons":
         window.features["lessons"].show()
+    elif dock_id == "grad_cam":
+        window.features["grad_cam"].show_module("layer4")
     else:
         window.show_dock(dock_id)
 
@@ -48,7 +50,7 @@ def test_the_cards_keep_their_room_and_the_side_views_share_one_tab_stack(make_w
     window = started(make_window, qtbot, size)
     height = window.height()
     least = max(CARD_MIN_HEIGHT, int(height * CARD_SHARE))
-    for dock_id in (*SIDE_VIEWS, "grad_cam", "inspector"):  # Grad-CAM tabs with the input, the inspector left
+    for dock_id in (*SIDE_VIEWS, "inspector"):  # the inspector on the left
         open_side_view(window, dock_id)
         qtbot.wait(100)
         assert window.dock(dock_id).isVisible() and not window.dock(dock_id).visibleRegion().isEmpty(), dock_id
@@ -188,7 +190,7 @@ def test_the_trees_column_headers_are_whole(make_window, qtbot, size) -> None:
 
 def test_dock_tab_titles_are_whole_at_1024x700(make_window, qtbot) -> None:
     window = started(make_window, qtbot, (1024, 700))
-    for dock_id in (*SIDE_VIEWS, "inspector", "grad_cam"):
+    for dock_id in (*SIDE_VIEWS, "inspector"):
         open_side_view(window, dock_id)
     qtbot.wait(150)
     bars = [bar for bar in window.findChildren(QTabBar) if bar.isVisible() and bar.parent() is window]
@@ -222,6 +224,18 @@ def test_the_channel_view_and_predictions_are_whole_at_1024x700(make_window, qtb
     for row in predictions.rows:
         if row.isVisible():
             assert row.label.toolTip().endswith("gradient target") and row.label.text() in row.label.toolTip()
+
+
+def test_grad_cam_shows_its_whole_map_without_scrolling(make_window, qtbot) -> None:
+    window = started(make_window, qtbot, (1024, 700))
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.features["grad_cam"].show_module("layer4")
+    qtbot.wait(150)
+    feature = window.features["grad_cam"]
+    scroll = window.dock("grad_cam").widget()
+    assert scroll.verticalScrollBar().maximum() == 0 and scroll.horizontalScrollBar().maximum() == 0
+    assert inside(feature.view, window.dock("grad_cam")) and feature.view.height() >= 150
+    assert window.panel_area.height() >= CARD_MIN_HEIGHT
 
 
 def test_the_visualize_image_is_fitted_without_a_scroll_bar(make_window, qtbot) -> None:

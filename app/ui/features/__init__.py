@@ -31,10 +31,10 @@ FEATURES: list[tuple[str, Callable]] = [
     ("input_settings", InputSettingsFeature),
     ("interventions", InterventionsFeature),
     ("inspector", InspectorFeature),  # tabbed with the interventions
-    ("grad_cam", GradCamFeature),  # tabbed with the input
+    ("grad_cam", GradCamFeature),  # a side view: tabbed under the cards
     ("image_b", ImageBFeature),
-    ("visualize", VisualizeFeature),  # tabbed with the input
-    ("lessons", LessonsFeature),  # Help > Learn the hooks; tabbed with the predictions
+    ("visualize", VisualizeFeature),  # a side view: tabbed under the cards
+    ("lessons", LessonsFeature),  # Help > Learn the hooks; a side view: tabbed under the cards
     ("desktop_entry", DesktopEntryFeature),  # Help > Add Hookscope to the applications menu (Linux)
-    ("scan", ScanFeature),  # File > Scan a folder…; its dock under the Channel view
+    ("scan", ScanFeature),  # File > Scan a folder…; its Top images tabbed with the Channel view
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSizePolicy, QSlider, QVBoxLayout, QWidget
 
 from app.core.cam import has_spatial_output, overlay, run_grad_cam
 from app.core.errors import HookscopeError
@@ -54,6 +54,8 @@ class GradCamFeature:
         self.module_box.textActivated.connect(self.show_module)
         self.view = pg.GraphicsLayoutWidget()
         self.view.setMinimumHeight(160)
+        # Its height from the tab, not pyqtgraph's 480 px size hint (which made a 240 px tab scroll).
+        self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self._box = self.view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self._box.setMouseEnabled(False, False)
         self.image_item = pg.ImageItem()
@@ -76,18 +78,22 @@ class GradCamFeature:
         opacity_row = QHBoxLayout()
         opacity_row.addWidget(QLabel("Opacity"))
         opacity_row.addWidget(self.opacity, 1)
-        layout = QVBoxLayout(self.widget)
+        # With the side views under the cards (a 230 px right column cut the map and scrolled both ways): the fields
+        # and notes on the left, the map beside them as large as the tab's height allows.
+        controls = QVBoxLayout()
+        controls.setContentsMargins(0, 0, 0, 0)
+        controls.addWidget(self.title)
+        controls.addLayout(top)
+        controls.addLayout(opacity_row)
+        controls.addWidget(self.scale_note)
+        controls.addWidget(self.note)
+        controls.addStretch(1)
+        layout = QHBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.title)
-        layout.addLayout(top)
+        layout.addLayout(controls, 1)
         layout.addWidget(self.view, 1)
-        layout.addLayout(opacity_row)
-        layout.addWidget(self.scale_note)
-        layout.addWidget(self.note)
 
-        self.dock = host.add_dock(
-            DockSpec(DOCK_ID, "Grad-CAM", area="right", tab_with="input", visible=False), self.widget
-        )
+        self.dock = host.add_dock(DockSpec(DOCK_ID, "Grad-CAM", area="bottom", visible=False), self.widget)
         host.add_module_menu(self.module_entries)
         host.add_tile_menu(self.tile_entries)
         workspace.run_applied.connect(self._on_run_applied)
