@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from app.core.images import read_image
 SCAN_FILE = "scan.json"
 CHECKPOINT_FILE = "scan.partial.json"  # a stopped (or finished, not yet written) scan: ``run_scan`` keeps it
 FORMAT_VERSION = 1
+MAX_SCAN_BYTES = 1 << 30  # a scan.json of every channel of a large model is tens of MB
 RANKINGS = ("max", "mean")
 
 Box = tuple[int, int, int, int]  # (x0, y0, x1, y1), pixels, the end exclusive (as PIL's crop takes it)
@@ -193,33 +195,79 @@ class ScanResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "scan.json") -> ScanResult:
-        """A scan read back (scan.json); anything malformed is one ``HookscopeError`` naming ``where``."""
+        """A scan read back (scan.json); anything malformed (a number out of range, an image index that is not one
+        of its images, counts that disagree) is one ``HookscopeError`` naming ``where``."""
         try:
             extra = data.get("scan", {})
-            settings = ScanSettings(tuple(data["modules"]), int(extra.get("top", 9)), str(extra.get("by", "max")),
-                                    int(extra.get("batch_size", 32)), bool(extra.get("boxes", True)))  # fmt: skip
+            images = [_text(p) for p in data["images"]]
+            settings = ScanSettings(tuple(data["modules"]), _count(extra.get("top", 9)), str(extra.get("by", "max")),
+                                    _count(extra.get("batch_size", 32)), bool(extra.get("boxes", True)))  # fmt: skip
+            layouts = extra.get("layouts", {})
             modules = {}
             for path, entry in data["modules"].items():
-                shape = extra.get("layouts", {}).get(path) or {"kind": "maps", "height": 0, "width": 0}
-                layout = Layout(str(shape["kind"]), int(entry["channels"]), int(shape["height"]), int(shape["width"]))
-                top = [[TopImage(int(t["image"]), -math.inf if t["score"] is None else float(t["score"]), int(t["y"]),
-                                 int(t["x"]), tuple(int(v) for v in t["box"]) if t.get("box") is not None else None)
-                        for t in channel] for channel in entry["top"]]  # fmt: skip
-                stats = entry["stats"]
-                modules[path] = ModuleScan(path, layout, top, *(np.array([math.nan if v is None else v for v in
-                                                                          stats[k]], dtype=np.float64)
-                                                                for k in ("mean", "std", "active")))  # fmt: skip
+                shape = layouts.get(path) or {"kind": "maps", "height": 0, "width": 0}
+                if shape["kind"] not in LAYOUTS:
+                    raise ValueError(f"'{path}' has a layout of unknown kind {shape['kind']!r}")
+                layout = Layout(shape["kind"], _count(entry["channels"]), _count(shape["height"], 0),
+                                _count(shape["width"], 0))  # fmt: skip
+                if len(entry["top"]) != layout.channels:
+                    raise ValueError(f"'{path}' says {layout.channels} channels and lists {len(entry['top'])}")
+                top = [[_top_image(t, layout, len(images)) for t in channel] for channel in entry["top"]]
+                stats = [np.array([math.nan if v is None else float(v) for v in entry["stats"][k]], dtype=np.float64)
+                         for k in ("mean", "std", "active")]  # fmt: skip
+                if any(len(values) != layout.channels for values in stats):
+                    raise ValueError(f"the statistics of '{path}' are not one per channel")
+                modules[path] = ModuleScan(path, layout, top, *stats)
+            skipped = [(_index(s["image"], len(images)), str(s["reason"])) for s in extra.get("skipped", [])]
             return cls(
-                model=data.get("model", {}), images=[str(p) for p in data["images"]], root=str(extra.get("root", "")),
+                model=data.get("model", {}), images=images, root=str(extra.get("root", "")),
                 settings=settings, preprocessing=extra.get("preprocessing", {}), modules=modules,
-                processed=int(extra.get("processed", 0)),
-                skipped=[(int(s["image"]), str(s["reason"])) for s in extra.get("skipped", [])],
+                processed=_count(extra.get("processed", 0), 0), skipped=skipped,
                 complete=bool(extra.get("complete", True)), scan_s=float(extra.get("scan_s", 0.0)),
                 boxes_s=float(extra.get("boxes_s", 0.0)),
             )  # fmt: skip
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, HookscopeError) as error:
             raise HookscopeError(f"'{where}' is not a Hookscope scan ({type(error).__name__}: {error}).",
                                  path=where) from error  # fmt: skip
+
+
+LAYOUTS = ("maps", "maps-last", "tokens", "vector")
+MAX_COUNT = 2**31  # channels, positions, pixels: more than any real model has, small enough to hold
+
+
+def _count(value: object, least: int = 1) -> int:
+    """A whole number from JSON in [least, MAX_COUNT); 1e999 (inf), 2.5, true or "3" are not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"{value!r} is not a whole number")
+    if not least <= int(value) < MAX_COUNT:
+        raise ValueError(f"{int(value)} is out of range")
+    return int(value)
+
+
+def _index(value: object, length: int) -> int:
+    index = _count(value, 0)
+    if index >= length:
+        raise ValueError(f"image index {index} is not one of its {length} images")
+    return index
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a file name")
+    return value
+
+
+def _top_image(entry: dict[str, Any], layout: Layout, images: int) -> TopImage:
+    y, x = _count(entry["y"], 0), _count(entry["x"], 0)
+    if layout.height and layout.width and not (y < layout.height and x < layout.width):
+        raise ValueError(f"position (y {y}, x {x}) is outside the {layout.height}x{layout.width} map")
+    box = entry.get("box")
+    if box is not None:
+        box = tuple(_count(v, 0) for v in box)
+        if len(box) != 4 or not (box[0] < box[2] and box[1] < box[3]):
+            raise ValueError(f"box {list(box)} is not [x0, y0, x1, y1]")
+    score = entry["score"]
+    return TopImage(_index(entry["image"], images), -math.inf if score is None else float(score), y, x, box)
 
 
 def write_scan(result: ScanResult, out_dir: str | Path) -> Path:
@@ -243,14 +291,29 @@ def read_scan(path: str | Path) -> ScanResult:
     if file.is_dir():
         file = file / SCAN_FILE
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        if not stat.S_ISREG(file.stat().st_mode):  # /dev/zero, a FIFO: never read whole
+            raise HookscopeError(f"Cannot read the scan '{file}': it is not a file.", path=str(file))
+        with open(file, "rb") as stream:
+            text = stream.read(MAX_SCAN_BYTES + 1)  # bounded, whatever the size said
+        if len(text) > MAX_SCAN_BYTES:
+            raise HookscopeError(f"Cannot read the scan '{file}': it is larger than a scan.json can be "
+                                 f"({MAX_SCAN_BYTES // 10**6} MB).", path=str(file))  # fmt: skip
+        data = json.loads(text.decode("utf-8"))
     except FileNotFoundError as error:
         raise HookscopeError(f"There is no scan at '{file}'.", path=str(file)) from error
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise HookscopeError(f"Cannot read the scan '{file}': {error}.", path=str(file)) from error
     if not isinstance(data, dict):
         raise HookscopeError(f"'{file}' is not a Hookscope scan.", path=str(file))
     return ScanResult.from_json(data, str(file))
+
+
+def _clamped(box: Box, size: tuple[int, int]) -> Box | None:
+    """The box inside the image (a scan.json edited by hand, or an image replaced by a smaller one); None when
+    nothing of it is."""
+    x0, y0 = max(0, box[0]), max(0, box[1])
+    x1, y1 = min(size[0], box[2]), min(size[1], box[3])
+    return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
 
 
 class PatchReader:
@@ -279,8 +342,9 @@ class PatchReader:
         uint8 RGB. An image that cannot be read any more is a flat grey tile."""
         tile = Image.new("RGB", (size, size), (40, 40, 40))
         picture = self.image(entry.image)
+        box = _clamped(entry.box, picture.size) if picture is not None and entry.box is not None else None
         if picture is not None:
-            part = picture.crop(entry.box) if entry.box is not None else picture
+            part = picture.crop(box) if box is not None else picture
             scale = size / max(part.width, part.height)
             fitted = part.resize((max(1, round(part.width * scale)), max(1, round(part.height * scale))),
                                  Image.BILINEAR)  # fmt: skip

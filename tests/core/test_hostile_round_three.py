@@ -464,3 +464,73 @@ def test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm(ima
     expected = (130, "hookscope: interrupted") if stop == signal.SIGINT else (143, "hookscope: stopped (SIGTERM)")
     assert (process.returncode, error_lines(err)) == (expected[0], [note.strip(), expected[1]])
     assert not out.exists() and not (tmp_path / "dream.png").exists()
+
+
+# ---- 7: a damaged or hostile scan.json (as a session's scan) ------------------------------------------------
+@pytest.fixture(scope="module")
+def scan_json(images, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("scan")
+    assert main(scan_args(images, out, "--no-boxes")) == 0
+    return json.loads((out / "scan.json").read_text())
+
+
+def damaged(document: dict, damage: str) -> dict:
+    data = json.loads(json.dumps(document))
+    first = data["modules"]["layer1"]["top"][0][0]
+    if damage == "channels 1e999":
+        data["modules"]["layer1"]["channels"] = float("inf")  # json writes Infinity; 1e999 reads back as it
+    elif damage == "channels 10**12":
+        data["modules"]["layer1"]["channels"] = 10**12
+    elif damage == "image 10**18":
+        first["image"] = 10**18
+    elif damage == "image -3":
+        first["image"] = -3
+    elif damage == "position outside":
+        first["y"] = 10**9
+    elif damage == "box inverted":
+        first["box"] = [20, 20, 10, 10]
+    elif damage == "stats short":
+        data["modules"]["layer1"]["stats"]["mean"] = [0.0]
+    elif damage == "images not names":
+        data["images"] = [{"a": 1}]
+    return data
+
+
+@pytest.mark.parametrize("damage", ["channels 1e999", "channels 10**12", "image 10**18", "image -3",
+                                    "position outside", "box inverted", "stats short", "images not names"])  # fmt: skip
+def test_a_scan_json_with_numbers_or_indexes_out_of_range_is_one_error(scan_json, tmp_path, damage) -> None:
+    from app.core.errors import HookscopeError
+    from app.core.scan_results import read_scan
+
+    file = tmp_path / "scan.json"
+    file.write_text(json.dumps(damaged(scan_json, damage)).replace("Infinity", "1e999"))
+    with pytest.raises(HookscopeError) as raised:
+        read_scan(file)
+    message = str(raised.value)
+    assert message.startswith(f"'{file}' is not a Hookscope scan (") and "\n" not in message
+
+
+def test_a_scan_path_that_is_not_a_regular_file_is_not_read(tmp_path) -> None:
+    from app.core.errors import HookscopeError
+    from app.core.scan_results import read_scan
+
+    with pytest.raises(HookscopeError, match=r"^Cannot read the scan '/dev/zero': it is not a file\.$"):
+        read_scan("/dev/zero")  # infinite: read whole, it took 19 GB before the kernel ended the process
+    fifo = tmp_path / "scan.json"
+    os.mkfifo(fifo)  # no writer: opening it would block for ever
+    with pytest.raises(HookscopeError, match="it is not a file"):
+        read_scan(fifo)
+
+
+def test_a_box_larger_than_the_image_is_clamped_to_it(scan_json, images, tmp_path) -> None:
+    from app.core.scan_results import PatchReader, ScanResult
+
+    data = json.loads(json.dumps(scan_json))
+    data["modules"]["layer1"]["top"][0][0]["box"] = [0, 0, 20000, 20000]
+    result = ScanResult.from_json(data)
+    entry = result.top("layer1", 0)[0]
+    reader = PatchReader(result)
+    whole = reader.patch(replace(entry, box=None))
+    assert np.array_equal(reader.patch(entry), whole)  # the box clamped to the image is the whole image
+    part = reader.patch(replace(entry, box=(-50, -50, 10, 10)))
+    assert np.array_equal(part, reader.patch(replace(entry, box=(0, 0, 10, 10))))

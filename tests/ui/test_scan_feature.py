@@ -178,3 +178,47 @@ def test_another_model_drops_the_scan_whether_it_was_running_or_done(feature, wo
     qtbot.waitUntil(lambda: not feature.running, timeout=RUN_TIMEOUT_MS)
     assert feature.result is None and feature._scan_model is None
     assert "previous model" in feature.title.text() or "another model" in feature.title.text()
+
+
+# ---- issue 23, item 7: a session's scan that is damaged or hostile -----------------------------------------------
+@pytest.fixture
+def session_scan(workspace, folder, tmp_path) -> tuple[Path, dict]:
+    """A real scan.json beside a session file, and the document in it."""
+    import json
+
+    made = scan_images(workspace.loaded, find_images(folder), ScanSettings((PATH,), top=2, batch_size=4, boxes=False))
+    file = write_scan(made, tmp_path / "my.hookscope.scan")
+    return file, json.loads(file.read_text())
+
+
+@pytest.mark.parametrize("damage", ["channels 1e999", "image 10**18", "image -3", "/dev/zero"])
+def test_a_damaged_scan_in_a_session_is_one_problem_line_and_the_restore_finishes(feature, session_scan, damage):
+    import json
+
+    file, document = session_scan
+    entry = {"path": str(file), "relative": "my.hookscope.scan/scan.json"}
+    if damage == "/dev/zero":
+        entry = {"path": "/dev/zero", "relative": "../" * 30 + "dev/zero"}
+    else:
+        if damage == "channels 1e999":
+            document["modules"][PATH]["channels"] = 1e999
+        else:
+            document["modules"][PATH]["top"][0][0]["image"] = 10**18 if damage == "image 10**18" else -3
+        file.write_text(json.dumps(document).replace("Infinity", "1e999"))
+    problems = feature.restore_from_session(entry, str(file.parent.parent))
+    assert len(problems) == 1 and problems[0].endswith("The scan was not restored; the rest of the session was.")
+    assert "\n" not in problems[0] and feature.result is None
+
+
+def test_a_session_scan_box_larger_than_its_image_shows_the_image(feature, workspace, host, session_scan, qtbot):
+    import json
+
+    file, document = session_scan
+    for channel in document["modules"][PATH]["top"]:
+        for entry in channel:
+            entry["box"] = [0, 0, 20000, 20000]  # a decompression bomb's size, were it cropped as it is
+    file.write_text(json.dumps(document))
+    assert feature.restore_from_session({"path": str(file)}, str(file.parent.parent)) == []
+    with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
+        host.open_channel(forward_picture(workspace), 3)
+    assert len(feature.entries) == 2 and "reading its top images" not in feature.stats.text()
