@@ -71,10 +71,11 @@ def test_image_b_gives_every_panel_a_b_and_the_difference(window: MainWindow, qt
 
     side = window.predictions.side_by_side  # the shell's predictions show A's and B's side by side
     assert side.isVisibleTo(window.predictions)
-    texts = side.texts
+    texts = side.texts  # names elided to the column's width, whole in the tooltips
     for n, (prediction_a, prediction_b) in enumerate(zip(result_a.top5, result_b.top5)):
-        assert prediction_a.label[:21] in texts[n][0] and f"{prediction_a.probability:.1%}" in texts[n][0]
-        assert prediction_b.label[:21] in texts[n][1] and f"{prediction_b.probability:.1%}" in texts[n][1]
+        cell_a, cell_b = side.cells[n]
+        assert prediction_a.label in cell_a.toolTip() and f"{prediction_a.probability:.1%}" in texts[n][0]
+        assert prediction_b.label in cell_b.toolTip() and f"{prediction_b.probability:.1%}" in texts[n][1]
     slot = image_b.slot
     assert slot.thumbnail.pixmap() is not None and not slot.thumbnail.pixmap().isNull()
     assert slot.name.text() == photos[1].name

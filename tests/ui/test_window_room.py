@@ -330,3 +330,21 @@ def test_a_narrow_legend_keeps_its_values_whole(qtbot) -> None:
         assert parts["bar"][1].width() >= 24
     legend.resize(needed + 200, legend.height())
     assert {"low", "high", "note"} <= {part for part, *_ in legend.parts()}  # room for all when wide
+
+
+def test_the_side_by_side_predictions_fit_the_column_at_1024x700(make_window, qtbot, photos) -> None:
+    from app.ui.state.requests import ImageSource
+
+    window = started(make_window, qtbot, (1024, 700))
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.workspace.set_image_b(ImageSource.from_path(str(photos[1])))
+    qtbot.wait(150)
+    both = window.predictions.side_by_side
+    assert both.isVisible()
+    scroll = window.dock("predictions").widget()
+    assert scroll.horizontalScrollBar().maximum() == 0, "the A and B columns reach past the predictions' column"
+    for cell_a, cell_b in both.cells:
+        for cell in (cell_a, cell_b):
+            if cell.text():
+                assert cell.width() >= cell.sizeHint().width(), f"'{cell.text()}' cut"
+                assert cell.toolTip().startswith("class ")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QImage, QMouseEvent, QPixmap
+from PySide6.QtGui import QFontMetrics, QImage, QMouseEvent, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -49,42 +51,77 @@ def rgb_pixmap(rgb: np.ndarray, side: int = THUMBNAIL) -> QPixmap:
     )
 
 
+class PredictionCell(QLabel):
+    """One class of the side-by-side columns: its name elided to the cell's width, then its probability (grey),
+    bold when both images have it; the whole name in the tooltip. A 230 px column holds two of them."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(40)
+        self._parts: tuple[str, str, bool] | None = None
+
+    def set_parts(self, parts: tuple[str, str, bool] | None) -> None:
+        self._parts = parts
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        if self._parts is None:
+            self.setText("")
+            return
+        name, probability, shared = self._parts
+        font = self.font()
+        font.setBold(shared)
+        metrics = QFontMetrics(font)
+        room = max(0, self.contentsRect().width() - metrics.horizontalAdvance(" " + probability) - 2)
+        shown = html.escape(metrics.elidedText(name, Qt.TextElideMode.ElideRight, room))
+        text = f"{shown} <span style='color:#9aa0aa'>{probability}</span>"
+        self.setText(f"<b>{text}</b>" if shared else text)
+
+
 class SideBySidePredictions(QWidget):
     """The top-5 of image A and of image B next to each other; a class both have is marked in both columns."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.heads = (QLabel("A"), QLabel("B"))
-        self.cells: list[tuple[QLabel, QLabel]] = []
+        # Elided to the column (whole in the tooltip): the file names and class names of two columns side by side
+        # reached 200 px past the predictions' column at 1024 px.
+        self.heads = (QElidingLabel("A"), QElidingLabel("B"))
+        self.cells: list[tuple[PredictionCell, PredictionCell]] = []
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 6, 0, 0)
         grid.setHorizontalSpacing(10)
         grid.setVerticalSpacing(1)
         for column, head in enumerate(self.heads):
             head.setObjectName("panelTitle")
+            head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             grid.addWidget(head, 0, column)
         for row in range(5):
-            pair = (QLabel(""), QLabel(""))
+            pair = (PredictionCell(), PredictionCell())
             for column, label in enumerate(pair):
-                label.setTextFormat(Qt.TextFormat.RichText)
                 grid.addWidget(label, row + 1, column)
             self.cells.append(pair)
         grid.setColumnStretch(0, 1)
         grid.setColumnStretch(1, 1)
 
     def show_both(self, name_a: str, top5_a: list[Prediction], name_b: str, top5_b: list[Prediction]) -> None:
-        self.heads[0].setText(f"A: {name_a}")
-        self.heads[1].setText(f"B: {name_b}")
+        for head, text in zip(self.heads, (f"A: {name_a}", f"B: {name_b}"), strict=True):
+            head.setText(text)
+            head.setToolTip(text)
         shared = {p.index for p in top5_a} & {p.index for p in top5_b}
         for row, (cell_a, cell_b) in enumerate(self.cells):
             for cell, top5 in ((cell_a, top5_a), (cell_b, top5_b)):
                 prediction = top5[row] if row < len(top5) else None
                 if prediction is None:
-                    cell.setText("")
+                    cell.set_parts(None)
+                    cell.setToolTip("")
                     continue
-                name = prediction.label if len(prediction.label) <= 22 else prediction.label[:21] + "…"
-                text = f"{name} <span style='color:#9aa0aa'>{prediction.probability:.1%}</span>"
-                cell.setText(f"<b>{text}</b>" if prediction.index in shared else text)
+                cell.set_parts((prediction.label, f"{prediction.probability:.1%}", prediction.index in shared))
                 cell.setToolTip(
                     f"class {prediction.index}: {prediction.label}"
                     + ("\nin the top 5 of both images" if prediction.index in shared else "")
