@@ -182,7 +182,7 @@ class ModelFilesFeature(QObject):
                 # device) and reads the file again.
                 try:
                     error.fits = architectures_that_fit(error.path)  # type: ignore[attr-defined]
-                except HookscopeError:
+                except Exception:  # noqa: BLE001  (only a hint: the question is asked without it, never lost)
                     error.fits = []  # type: ignore[attr-defined]
                 raise
             keep_class_names(loaded)
