@@ -183,6 +183,8 @@ def take_screenshot(
         if error:
             raise HookscopeError(error)
         settle()
+        while window.workspace.preparing:  # panels in view whose pictures the run left to make
+            settle(50)
         folder = os.path.dirname(os.path.abspath(out))
         os.makedirs(folder, exist_ok=True)
         if not window.save_screenshot(out):

@@ -16,7 +16,16 @@ import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PIL import Image
 from PySide6.QtCore import QByteArray, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QImage, QResizeEvent, QShowEvent
+from PySide6.QtGui import (
+    QCloseEvent,
+    QDragEnterEvent,
+    QDragMoveEvent,
+    QDropEvent,
+    QGuiApplication,
+    QImage,
+    QResizeEvent,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -139,6 +148,8 @@ class MainWindow(QMainWindow):
         self.panel_area.message.connect(lambda text, error: self.show_error(text) if error else
                                         self.statusBar().showMessage(text, 6000))
         space.view_size = self.panel_area.view_size
+        space.hidden_panels = self._hidden_panels
+        self.panel_area.pictures_wanted.connect(space.prepare_pictures)
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(4, 4, 4, 0)
@@ -199,6 +210,7 @@ class MainWindow(QMainWindow):
         space.model_changed.connect(self._on_model_changed)
         space.hooks_changed.connect(self._on_hooks_changed)
         space.run_applied.connect(self._on_run_applied)
+        space.pictures_ready.connect(lambda ready: self.panel_area.show_pictures(ready.pictures, ready.views))
         space.image_list_changed.connect(self._on_image_list_changed)
         space.device_changed.connect(self.chooser.show_device)
         space.weights_changed.connect(lambda *_: self._sync_chooser())
@@ -337,7 +349,8 @@ class MainWindow(QMainWindow):
         result = outcome.result
         self.panel_area.show_results(outcome.pictures, space.ticked_pairs(), space.missing_reason,
                                      space.settings_for,
-                                     views=outcome.comparison.views if outcome.comparison is not None else None)
+                                     views=outcome.comparison.views if outcome.comparison is not None else None,
+                                     deferred=outcome.deferred)
         self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name)
         target_text = result.target
         categories = space.loaded.categories if space.loaded else None
@@ -370,6 +383,13 @@ class MainWindow(QMainWindow):
             line, space.model_message = f"{space.model_message} · {line}", ""
         self.statusBar().showMessage(line, 8000)
         self.run_finished.emit()
+
+    def _hidden_panels(self) -> frozenset[tuple[str, str]]:
+        """The panels a run may leave undrawn until they scroll in: those out of view, but not the one the Channel
+        view shows (it follows every run)."""
+        hidden = self.panel_area.hidden_idents()
+        shown = self.channel_view.picture if self._docks["channel"].isVisible() else None
+        return hidden - {(shown.kind, shown.key)} if shown is not None else hidden
 
     def open_channel(self, picture: PanelPicture, channel: int) -> None:
         """The channel view for one tile: the map large, its histogram and statistics, the overlay."""
@@ -579,7 +599,16 @@ class MainWindow(QMainWindow):
             self.fit_docks()  # until the user has a saved layout of their own
 
     def save_screenshot(self, path: str) -> bool:
-        return self.grab().save(path)
+        """The window as the screen shows it: on a real display (X11, Wayland, Windows, macOS) the screen's own
+        pixels under the window and its frame, read back from the display server (``grab()`` re-renders each
+        widget on its own, and would hide a paint that went wrong on the screen); offscreen, the rendering."""
+        if QGuiApplication.platformName() in ("offscreen", "minimal"):
+            return self.grab().save(path)
+        frame = self.frameGeometry()
+        screen = self.screen()
+        origin = screen.geometry().topLeft()
+        return screen.grabWindow(0, frame.x() - origin.x(), frame.y() - origin.y(), frame.width(),
+                                 frame.height()).save(path)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()

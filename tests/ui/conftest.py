@@ -80,6 +80,21 @@ def window(make_window, qtbot) -> MainWindow:
     return win
 
 
+def shown_picture(window: MainWindow, panel, qtbot):
+    """``panel``'s picture of the run on screen, as a person gets it: scrolled into view (a run makes pictures
+    only for the panels in view and a page around them; the others get theirs when they scroll in)."""
+    area = window.panel_area
+    if panel.ident not in area.docks:
+        area.ensureWidgetVisible(panel)
+    qtbot.waitUntil(lambda: panel.ident not in area.stale and not window.workspace.preparing, timeout=20_000)
+    return panel.picture
+
+
+def every_picture(window: MainWindow, qtbot) -> dict:
+    """Every panel's picture of the run on screen, each panel scrolled into view in turn (``shown_picture``)."""
+    return {ident: shown_picture(window, panel, qtbot) for ident, panel in list(window.panel_area.panels.items())}
+
+
 def photo(path: Path, seed: int, size: tuple[int, int] = (320, 240)) -> Path:
     """A real PNG with content that differs by ``seed``."""
     rng = np.random.default_rng(seed)

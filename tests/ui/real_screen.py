@@ -42,7 +42,7 @@ def settle(window, app: QApplication, quiet_ms: int = 350, timeout_s: float = 12
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         QTest.qWait(50)
-        if not window.workspace.scheduler.busy:
+        if not window.workspace.scheduler.busy and not window.workspace.preparing:
             break
     QTest.qWait(quiet_ms)
     app.processEvents()
@@ -127,10 +127,16 @@ def check_screen(window, step: str, out: Path, report: list) -> None:
     panels = [p for p in window.panel_area.panels.values()]
     plots = [result for panel in panels if (result := check_plot(panel, shot)) is not None]
     channel = window.channel_view
-    report.append({"step": step, "screenshot": name, "plots": plots,
+    # a panel in view still waiting for its picture (the run left it while it was out of view)
+    waiting = [f"{p.key} {p.kind}" for p in panels if p.ident in window.panel_area.stale
+               and visible_rect(p).width() > 0 and visible_rect(p).height() > 0]
+    last = window.workspace.last
+    report.append({"step": step, "screenshot": name, "plots": plots, "waiting": waiting,
+                   "deferred": len(last.deferred) if last is not None else 0,
                    "channel_view": window.dock("channel").isVisible() and channel.isVisible()})
     bad = [p for p in plots if p["ratio"] < MATCH_NEEDED]
-    print(f"{step}: {len(plots)} plots in view, {len(bad)} not showing their mosaic", flush=True)
+    print(f"{step}: {len(plots)} plots in view, {len(bad)} not showing their mosaic, {len(waiting)} waiting; "
+          f"{report[-1]['deferred']} records left undrawn by the run", flush=True)
 
 
 def pointer(*commands: str) -> None:
@@ -144,6 +150,13 @@ def at(widget: QWidget, point: QPoint) -> list[str]:
     """xdotool's words for moving the pointer over ``point`` of ``widget``."""
     where = widget.mapToGlobal(point)
     return ["mousemove", "--sync", str(where.x()), str(where.y())]
+
+
+def wait_until(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        QTest.qWait(20)
+    return condition()
 
 
 def rest_pointer(window) -> None:
@@ -219,6 +232,24 @@ def main(argv: list[str] | None = None) -> int:
         pointer(*at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)), "click", "--repeat", "3",
                 "--delay", "60", "5")  # three notches of the wheel down over the page
         assert bar.value() > 0, "the page did not scroll"
+        rest_pointer(window)
+
+    @step("scroll to the end")
+    def _scroll_far() -> None:
+        bar = window.panel_area.verticalScrollBar()
+        viewport = window.panel_area.viewport()
+        pointer(*at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)), "click", "--repeat", "120",
+                "--delay", "5", "5")  # the cards the run left undrawn come into view
+        assert wait_until(lambda: bar.value() == bar.maximum()), "the page did not scroll to its end"
+        rest_pointer(window)
+
+    @step("scroll back")
+    def _scroll_back() -> None:
+        bar = window.panel_area.verticalScrollBar()
+        viewport = window.panel_area.viewport()
+        pointer(*at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)), "click", "--repeat", "120",
+                "--delay", "5", "4")
+        assert wait_until(lambda: bar.value() == 0), "the page did not scroll back to its top"
         rest_pointer(window)
 
     @step("zoom")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from conftest import every_picture
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu
 
@@ -45,8 +46,8 @@ def records(window: MainWindow) -> dict[tuple[str, str], np.ndarray]:
     return {(r.kind, r.key): r.tensor.numpy().copy() for r in window.workspace.last.result.records}
 
 
-def shown(window: MainWindow) -> dict[tuple[str, str], np.ndarray]:
-    return {ident: panel.picture.channels.data.copy() for ident, panel in window.panel_area.panels.items()}
+def shown(window: MainWindow, qtbot) -> dict[tuple[str, str], np.ndarray]:
+    return {ident: picture.channels.data.copy() for ident, picture in every_picture(window, qtbot).items()}
 
 
 def forward_hooks(window: MainWindow, path: str = PATH) -> int:
@@ -60,7 +61,7 @@ def assert_same(before: dict, after: dict) -> None:
 
 
 def test_switching_off_a_channel_from_the_tile_menu_then_switching_and_removing_it(window: MainWindow, qtbot) -> None:
-    original_records, original_shown = records(window), shown(window)
+    original_records, original_shown = records(window), shown(window, qtbot)
     original_scores = window.workspace.last.result.scores.clone()
     before = forward_hooks(window)
     panel = window.panel_area.panels[("forward", PATH)]
@@ -117,7 +118,7 @@ def test_switching_off_a_channel_from_the_tile_menu_then_switching_and_removing_
     assert forward_hooks(window) == before
     assert window.workspace.registry.edits() == [] and interventions(window).rows() == []
     assert_same(original_records, records(window))
-    assert_same(original_shown, shown(window))
+    assert_same(original_shown, shown(window, qtbot))
 
 
 def test_removing_one_edit_removes_its_hook_and_nothing_else(window: MainWindow, qtbot) -> None:

@@ -26,7 +26,7 @@ from real_screen import MATCH_NEEDED
 DRIVER = Path(__file__).with_name("real_screen.py")
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "resources"
-STEPS = ("start", "open image", "next image", "click a class", "scroll", "zoom", "double-click", "channel view",
+STEPS = ("start", "open image", "next image", "click a class", "scroll", "scroll to the end", "scroll back", "zoom", "double-click", "channel view",
          "top images", "lessons", "resize", "image b", "a minus b", "pop out", "channel view closed", "run again")
 
 
@@ -79,6 +79,7 @@ def test_every_mosaic_in_view_shows_its_picture_on_the_real_screen(tmp_path, siz
     for entry in report:
         assert "error" not in entry, f"step {entry['step']!r} could not be taken: {entry.get('error')}"
         plots = entry["plots"]
+        assert not entry["waiting"], f"after {entry['step']!r} panels in view still wait for their pictures: {entry['waiting']}"
         assert plots, f"after {entry['step']!r} no mosaic was in view ({entry['screenshot']})"
         for plot in plots:
             assert plot["ratio"] >= MATCH_NEEDED, (

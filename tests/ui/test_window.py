@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shown_picture
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QThreadPool, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
@@ -201,10 +202,10 @@ def test_ticking_and_unticking_adds_and_removes_the_hook_on_the_module(window: M
         model.setData(model.index_of(path, INPUTS), Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole)
         assert hook_count(window, path, "_forward_pre_hooks") == pre_before + 1
     panels = window.panel_area.panels
-    assert panels[("forward", path)].picture.shape == (1, 128, 28, 28)
-    assert panels[("tensor", path)].picture.shape == (1, 128, 28, 28)
-    assert panels[("grad_input", path)].picture.shape == (1, 64, 56, 56)
-    assert panels[("pre", path)].picture.shape == (1, 64, 56, 56)
+    assert shown_picture(window, panels[("forward", path)], qtbot).shape == (1, 128, 28, 28)
+    assert shown_picture(window, panels[("tensor", path)], qtbot).shape == (1, 128, 28, 28)
+    assert shown_picture(window, panels[("grad_input", path)], qtbot).shape == (1, 64, 56, 56)
+    assert shown_picture(window, panels[("pre", path)], qtbot).shape == (1, 64, 56, 56)
     assert model.data(model.index_of(path, ACTIVATIONS), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
     assert model.data(model.index_of(path, SHAPE)) == "1×128×28×28"
 
@@ -260,12 +261,12 @@ def test_ticking_many_modules_builds_their_panels_a_few_per_turn(window: MainWin
         assert built == convs[:PANELS_PER_TURN]
         qtbot.waitUntil(lambda: all(("forward", p) in window.panel_area.panels for p in convs), timeout=5_000)
     for path in convs:
-        assert window.panel_area.panels[("forward", path)].picture is not None
+        assert shown_picture(window, window.panel_area.panels[("forward", path)], qtbot) is not None
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):  # unticked before being built: no panel
         window.tree_model.set_ticked([(p, "tensor") for p in convs], True)
         window.tree_model.set_ticked([(p, "tensor") for p in convs[-3:]], False)
     assert all(("tensor", p) not in window.panel_area.panels for p in convs[-3:])
-    assert all(window.panel_area.panels[("tensor", p)].picture is not None for p in convs[:-3])
+    assert all(shown_picture(window, window.panel_area.panels[("tensor", p)], qtbot) is not None for p in convs[:-3])
 
 
 def test_tick_every_module_of_a_type_in_one_run(window: MainWindow, qtbot) -> None:
@@ -278,7 +279,7 @@ def test_tick_every_module_of_a_type_in_one_run(window: MainWindow, qtbot) -> No
     assert len(finished) == 1
     for path in convs:
         assert window.workspace.registry.has(path, "forward")
-        assert window.panel_area.panels[("forward", path)].picture is not None
+        assert shown_picture(window, window.panel_area.panels[("forward", path)], qtbot) is not None
 
 
 def test_filter_keeps_matches_and_their_ancestors(window: MainWindow) -> None:
@@ -405,6 +406,8 @@ def test_pooled_and_class_outputs_show_as_bar_plots(window: MainWindow, qtbot) -
         window.tree_view.click_tick("fc", "forward")
     pooled = window.panel_area.panels[("forward", "avgpool")]
     logits = window.panel_area.panels[("forward", "fc")]
+    shown_picture(window, pooled, qtbot)
+    shown_picture(window, logits, qtbot)
     assert pooled.picture.channels.kind == "vector" and pooled.picture.channels.data.shape == (512,)
     assert logits.picture.channels.kind == "vector" and logits.picture.channels.data.shape == (1000,)
     np.testing.assert_allclose(logits._bars.opts["height"], window.workspace.last.result.scores[0].numpy(), rtol=1e-5)

@@ -6,7 +6,7 @@ import itertools
 
 import pyqtgraph as pg
 import pytest
-from conftest import RUN_TIMEOUT_MS
+from conftest import RUN_TIMEOUT_MS, shown_picture
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import QAbstractButton, QLabel, QScrollArea, QWidget
 
@@ -57,6 +57,7 @@ def test_every_panel_is_whole_or_reachable_and_no_text_overlaps(make_window, qtb
     assert {(p.path, p.kind) for p in panels} == {(m, k) for m in MODULES for k in KINDS}
     area = window.panel_area
     for panel in panels:
+        shown_picture(window, panel, qtbot)  # scrolled into view: a run draws the panels in view
         plot = plot_of(panel)
         assert plot.width() >= 200, f"{panel.key} {panel.kind}: plot {plot.width()} px wide at {size}"
         assert reachable(area, plot), f"{panel.key} {panel.kind}: plot out of reach at {size}"

@@ -18,7 +18,7 @@ from PIL import Image
 
 from app.core.ab_pictures import Comparison, compare_runs
 from app.core.capture import RunCancelled, RunResult, capture_run
-from app.core.hooks import HookRegistry
+from app.core.hooks import HookRegistry, Record
 from app.core.images import read_image
 from app.core.models import LoadedModel
 from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
@@ -119,6 +119,9 @@ class RunRequest:
     image_b: ImageSource | None = None  # image B: run right after A through the same hooks, to compare
     fit: tuple[int, int] | None = None  # the panels' view size in device pixels: mosaics are coloured at that size
     channel_orders: Mapping[str, np.ndarray] = field(default_factory=dict)  # a dataset scan's order per module path
+    # Panels (kind, record key) out of view: their records are kept, their pictures made when they scroll in
+    # (``execute_pictures``), so the work of a run follows the screen, not the number of panels.
+    hidden: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def freeze(
@@ -135,6 +138,7 @@ class RunRequest:
         image_b: ImageSource | None = None,
         fit: tuple[int, int] | None = None,
         channel_orders: Mapping[str, np.ndarray] | None = None,
+        hidden: frozenset[tuple[str, str]] = frozenset(),
     ) -> RunRequest:
         """Copy the mutable parts, so later GUI changes cannot leak into a run in flight."""
         frozen = MappingProxyType(dict(settings))
@@ -142,7 +146,7 @@ class RunRequest:
         mixes = dict.fromkeys(e.other_image for e in edits if e.kind == "mix" and e.other_image)
         others = tuple(ImageSource.from_path(path) for path in mixes)
         return cls(generation, loaded, registry, image, device, target, frozen, default_settings, others,
-                   bool(edits), image_b, fit, MappingProxyType(dict(channel_orders or {})))
+                   bool(edits), image_b, fit, MappingProxyType(dict(channel_orders or {})), frozenset(hidden))
 
     def settings_for(self, path: str, kind: str) -> PanelSettings:
         return self.settings.get((path, kind), self.default_settings)
@@ -159,6 +163,7 @@ class RunOutcome:
     timings: dict[str, float]  # read_ms, forward_ms, backward_ms, prepare_ms
     comparison: Comparison | None = None  # image B's run and the A / B / A - B views, when B is set
     image_b: ImageSource | None = None  # with its pixels
+    deferred: tuple[Record, ...] = ()  # records of the panels out of view: pictures made when they are shown
 
 
 def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcome:
@@ -208,12 +213,12 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
         if cancelled():
             raise RunCancelled()
     start = time.perf_counter()
-    pictures = prepare_pictures(result.records, request.settings_for, request.channel_orders)
+    shown = [r for r in result.records if (r.kind, r.key) not in request.hidden]
+    deferred = tuple(r for r in result.records if (r.kind, r.key) in request.hidden)
     display = preprocess.to_display(result.input)
-    comparison = None
-    if result_b is not None:
-        pictures, comparison = compare_runs(result, result_b, pictures, preprocess.to_display(result_b.input))
-    pictures = [with_rendering(picture, request.fit) for picture in pictures]  # coloured here, so the GUI thread only paints
+    display_b = preprocess.to_display(result_b.input) if result_b is not None else None
+    pictures, comparison = pictures_of_records(shown, request.settings_for, request.channel_orders, request.fit,
+                                               result, result_b, display_b)
     saliency = None
     if result.input_grad is not None and result.input_grad.ndim == 4:
         # reduced where the gradient is (a GPU run's, if the engine keeps it there): only the (H, W) map moves
@@ -222,4 +227,58 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     timings = {"read_ms": read_ms, **result.timings, "prepare_ms": prepare_ms}
     image_b = request.image_b.loaded(pixels_b) if request.image_b is not None and pixels_b is not None else None
     return RunOutcome(request.generation, request.image.loaded(pixels), result, pictures, display, saliency, timings,
-                      comparison, image_b)
+                      comparison, image_b, deferred)
+
+
+def pictures_of_records(
+    records: list[Record],
+    settings_for: Callable[[str, str], PanelSettings],
+    channel_orders: Mapping[str, np.ndarray],
+    fit: tuple[int, int] | None,
+    result: RunResult,
+    result_b: RunResult | None = None,
+    display_b: np.ndarray | None = None,
+) -> tuple[list[PanelPicture], Comparison | None]:
+    """The pictures of ``records`` (with image B's views when B ran), coloured at the size ``fit`` shows them, so
+    the GUI thread only paints: the one way a run's records become what the panels draw, for the panels in view
+    after a run and for those scrolled in later."""
+    pictures = prepare_pictures(records, settings_for, channel_orders)
+    comparison = None
+    if result_b is not None and display_b is not None:
+        pictures, comparison = compare_runs(result, result_b, pictures, display_b)
+    return [with_rendering(picture, fit) for picture in pictures], comparison
+
+
+@dataclass(frozen=True)
+class PictureRequest:
+    """Pictures for panels that scrolled into view after their run (its records were kept: ``RunOutcome.deferred``)."""
+
+    outcome: RunOutcome
+    records: tuple[Record, ...]
+    settings: Mapping[tuple[str, str], PanelSettings]
+    default_settings: PanelSettings
+    fit: tuple[int, int] | None
+    channel_orders: Mapping[str, np.ndarray]
+
+    def settings_for(self, path: str, kind: str) -> PanelSettings:
+        return self.settings.get((path, kind), self.default_settings)
+
+
+@dataclass(frozen=True)
+class PictureOutcome:
+    outcome: RunOutcome  # the run they belong to: dropped when another run is on screen by then
+    pictures: list[PanelPicture]
+    views: dict[tuple[str, str], dict[str, PanelPicture]]  # with image B: each record's A / B / A − B views
+    prepare_ms: float
+
+
+def execute_pictures(request: PictureRequest) -> PictureOutcome:
+    start = time.perf_counter()
+    outcome = request.outcome
+    comparison = outcome.comparison
+    pictures, compared = pictures_of_records(
+        list(request.records), request.settings_for, request.channel_orders, request.fit, outcome.result,
+        comparison.result if comparison is not None else None,
+        comparison.input_display if comparison is not None else None)
+    views = dict(compared.views) if compared is not None else {}
+    return PictureOutcome(outcome, pictures, views, (time.perf_counter() - start) * 1000)

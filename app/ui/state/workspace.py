@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
@@ -34,12 +35,16 @@ from app.ui.state.requests import (
     ImageSource,
     LoadOutcome,
     LoadRequest,
+    PictureOutcome,
+    PictureRequest,
     RunOutcome,
     RunRequest,
     default_checks,
     execute_load,
+    execute_pictures,
 )
 from app.ui.state.scheduler import RunScheduler
+from app.ui.state.worker import Job, JobRunner
 
 CHECK_KINDS = ("forward", "tensor")  # what a default or --check tick hooks: the Act and Grad columns
 HookChange = tuple[str, str, bool]  # (path, kind, ticked)
@@ -86,6 +91,7 @@ class Workspace(QObject):
     panel_settings_changed = Signal(object)  # list of (path, kind, PanelSettings) to apply to open panels
     channel_orders_changed = Signal()  # a dataset scan's channel orders came or went (the "dataset" sort)
     run_applied = Signal(object)  # RunOutcome now on screen
+    pictures_ready = Signal(object)  # PictureOutcome: pictures of panels scrolled into view after the run on screen
     failed = Signal(object)  # RunFailure of the newest run or load
     busy_changed = Signal(bool)
     status = Signal(str, int)  # a status-bar message and how long to show it (ms)
@@ -120,6 +126,9 @@ class Workspace(QObject):
         self.applied_generations: list[int] = []
         self.model_message = ""  # what the last load said; views put it in front of the first run's line
         self.view_size: Callable[[], tuple[int, int] | None] = lambda: None  # the panels' size (set by the view)
+        # The panels (kind, record key) out of view when a run is asked for (set by the view): their pictures wait
+        # until they scroll in (``prepare_pictures``).
+        self.hidden_panels: Callable[[], frozenset[tuple[str, str]]] = frozenset
         self.channel_orders: dict[str, np.ndarray] = {}  # module path -> a dataset scan's channel order
         # What features add to a saved session, by key: (save(session path) -> JSON value or None, restore(value,
         # session folder) -> problem lines). Features never import each other; the sessions feature calls these.
@@ -137,6 +146,12 @@ class Workspace(QObject):
         self.scheduler.ran.connect(self._apply_run)
         self.scheduler.run_failed.connect(self._on_run_failed)
         self.scheduler.busy_changed.connect(self.busy_changed)
+        # Pictures of panels scrolled into view run beside the runs (they only read a finished run's records).
+        self.picture_runner = JobRunner(self)
+        self.picture_runner.returned.connect(self._on_pictures)
+        self.picture_runner.failed.connect(self._on_pictures_failed)
+        self.picture_runner.busy_changed.connect(self._next_pictures)  # what was asked meanwhile, once it is free
+        self._pictures_wanted: set[tuple[str, str]] = set()
 
     # ================================================================================================ model ====
     @property
@@ -511,12 +526,53 @@ class Workspace(QObject):
             return None
         return RunRequest.freeze(generation, self.loaded, self.registry, self.wanted_image, self.device,
                                  self.target, self.settings, self.default_settings,
-                                 image_b=self.image_b, fit=self.view_size(), channel_orders=self.channel_orders)
+                                 image_b=self.image_b, fit=self.view_size(), channel_orders=self.channel_orders,
+                                 hidden=self.hidden_panels())
+
+    @property
+    def preparing(self) -> bool:
+        """Pictures of panels scrolled into view are being made."""
+        return self.picture_runner.busy
+
+    def prepare_pictures(self, idents: Iterable[tuple[str, str]]) -> bool:
+        """Make the pictures of the run on screen's records ``idents`` (kind, key) that were left out of it while
+        their panels were out of view; ``pictures_ready`` brings them. Asked while pictures are being made, they
+        are made next, together with any others asked meanwhile (a fast scroll asks many times). Returns whether
+        there was anything to make."""
+        outcome = self.last
+        if self._closing or outcome is None:
+            return False
+        known = {(r.kind, r.key) for r in outcome.deferred}
+        wanted = known & set(idents)
+        self._pictures_wanted |= wanted
+        self._next_pictures()
+        return bool(wanted)
+
+    def _next_pictures(self, *_: object) -> None:
+        outcome = self.last
+        if self._closing or outcome is None or self.picture_runner.busy or not self._pictures_wanted:
+            return
+        wanted, self._pictures_wanted = self._pictures_wanted, set()
+        records = tuple(r for r in outcome.deferred if (r.kind, r.key) in wanted)
+        request = PictureRequest(outcome, records, MappingProxyType(dict(self.settings)), self.default_settings,
+                                 self.view_size(), MappingProxyType(dict(self.channel_orders)))
+        self.picture_runner.submit(Job(outcome.generation, lambda: execute_pictures(request),
+                                       lambda: self.last is not outcome, label="pictures"))
+
+    def _on_pictures(self, job: Job, pictures: PictureOutcome) -> None:
+        if not self._closing and pictures.outcome is self.last:
+            self.pictures_ready.emit(pictures)
+
+    def _on_pictures_failed(self, job: Job, error: object) -> None:
+        if not self._closing:
+            error = error if isinstance(error, BaseException) else RuntimeError(str(error))
+            self.error.emit(error_text(error), False)
 
     def _apply_run(self, outcome: RunOutcome) -> None:
         if self._closing:
             return
         self.last = outcome
+        self._pictures_wanted.clear()  # of the run before: this one says anew what it left undrawn
         self.image = outcome.image
         if self.wanted_image == outcome.image:
             self.wanted_image = outcome.image  # keep the pixels: re-runs need not read the file again
@@ -567,6 +623,7 @@ class Workspace(QObject):
         if self._closing:
             return
         self._closing = True
+        self.picture_runner.shutdown(0)
         self.scheduler.shutdown()
         if self.registry is not None:
             self.registry.clear()

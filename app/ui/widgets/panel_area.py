@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QColor, QPainter, QPaintEvent, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
-from app.core.hooks import record_key
+from app.core.hooks import Record, record_key
 from app.core.pictures import KIND_ORDER, PanelPicture, PanelSettings
 from app.ui.theme import BORDER
 from app.ui.widgets.feature_map_panel import MIN_PANEL_HEIGHT, MIN_PANEL_WIDTH, FeatureMapPanel
@@ -172,6 +172,7 @@ class PanelArea(QScrollArea):
     channel_menu_requested = Signal(object, int, object)  # picture, channel, global QPoint (a tile right-clicked)
     settings_changed = Signal(str, str, object)
     message = Signal(str, bool)  # a panel's message for the user (exports), and whether it is an error
+    pictures_wanted = Signal(object)  # [(kind, key)]: panels scrolled into view whose run left their pictures to make
 
     def __init__(
         self, order_of: Callable[[str], int], host: QMainWindow | None = None, parent: QWidget | None = None
@@ -209,6 +210,16 @@ class PanelArea(QScrollArea):
         self._pending_timer.setSingleShot(True)
         self._pending_timer.setInterval(0)
         self._pending_timer.timeout.connect(self._make_pending)
+        # Panels whose last run made no picture for them while they were out of view (``hidden_idents``), and
+        # those of them already asked for (``pictures_wanted``); checked after every scroll and layout.
+        self._stale: set[tuple[str, str]] = set()
+        self._asked: set[tuple[str, str]] = set()
+        self._shown_check = QTimer(self)
+        self._shown_check.setSingleShot(True)
+        self._shown_check.setInterval(0)  # after the layout has placed the cards
+        self._shown_check.timeout.connect(self._want_shown)
+        self.verticalScrollBar().valueChanged.connect(self._want_shown)
+        self.horizontalScrollBar().valueChanged.connect(self._want_shown)
 
     # ---- which panels exist ---------------------------------------------------------------------------------
     def cards(self) -> list[ModuleCard]:
@@ -278,14 +289,30 @@ class PanelArea(QScrollArea):
         missing_reason: Callable[[str, str], str],
         settings_for: Callable[[str, str], PanelSettings],
         views: Mapping[tuple[str, str], Mapping[str, PanelPicture]] | None = None,
+        deferred: Iterable[Record] = (),
     ) -> None:
         """Fill every ticked pair's panels from one run; pairs without a record say why. ``views``: with image B
         set, each record's (kind, key) A / B / A − B pictures (``Comparison.views``); each panel shows the one
-        its settings' ``view`` names."""
+        its settings' ``view`` names. ``deferred``: records of panels that were out of view, whose pictures are
+        made when they scroll in (``pictures_wanted``); until then such a panel keeps what it showed."""
         self._pending.clear()  # every ticked pair gets its panel here
+        self._stale.clear()
+        self._asked.clear()
         seen: set[tuple[str, str]] = set()
         covered: set[tuple[str, str]] = set()
         changed = False
+        for record in deferred:
+            pair = (record.path, record.kind)
+            if pair not in ticked:
+                continue
+            ident = (record.kind, record.key)
+            if ident not in self.panels:
+                self._make(record.path, record.kind, record.key, settings_for(*pair),
+                           (self._order_of(record.path), record.call, record.leaf)).show_message("Drawing…")
+                changed = True
+            self._stale.add(ident)
+            seen.add(ident)
+            covered.add(pair)
         for picture in pictures:
             pair = (picture.path, picture.kind)
             if pair not in ticked:
@@ -320,6 +347,53 @@ class PanelArea(QScrollArea):
                 changed = True
         if changed:
             self._relayout()
+        self._shown_check.start()
+
+    def show_pictures(self, pictures: Iterable[PanelPicture],
+                      views: Mapping[tuple[str, str], Mapping[str, PanelPicture]] | None = None) -> None:
+        """Pictures made for panels that scrolled into view after their run (``pictures_wanted``)."""
+        for picture in pictures:
+            ident = (picture.kind, picture.key)
+            panel = self.panels.get(ident)
+            if panel is None or ident not in self._stale:
+                continue  # unticked since, or drawn by a newer run
+            self._stale.discard(ident)
+            self._asked.discard(ident)
+            record_views = views.get(ident) if views else None
+            if record_views:
+                panel.show_views(dict(record_views))
+            else:
+                panel.show_picture(picture)
+
+    @property
+    def stale(self) -> frozenset[tuple[str, str]]:
+        """Panels whose picture waits until they are in view."""
+        return frozenset(self._stale)
+
+    def in_view(self, panel: FeatureMapPanel, ahead: float = 1.0) -> bool:
+        """Whether ``panel`` is on the page and in view or within ``ahead`` viewport heights of it (about to scroll
+        in). A popped-out panel is always in view; a page not laid out yet shows everything."""
+        if panel.ident in self.docks:
+            return True
+        if not self.isVisible() or not panel.isVisibleTo(self.widget()):
+            return True  # the page, or this panel, not laid out yet: no telling where it will be
+        viewport = self.viewport()
+        margin = round(viewport.height() * ahead)
+        seen = QRect(self.horizontalScrollBar().value(), self.verticalScrollBar().value() - margin,
+                     viewport.width(), viewport.height() + 2 * margin)
+        return seen.intersects(QRect(panel.mapTo(self.widget(), QPoint(0, 0)), panel.size()))
+
+    def hidden_idents(self) -> frozenset[tuple[str, str]]:
+        """The panels out of view (more than a page away): a run leaves their pictures until they scroll in."""
+        if not self.isVisible():
+            return frozenset()
+        return frozenset(ident for ident, panel in self.panels.items() if not self.in_view(panel))
+
+    def _want_shown(self, *_: object) -> None:
+        wanted = [ident for ident in self._stale - self._asked if self.in_view(self.panels[ident])]
+        if wanted:
+            self._asked.update(wanted)
+            self.pictures_wanted.emit(wanted)
 
     def apply_to_all(self, change: Callable[[PanelSettings], PanelSettings]) -> None:
         for panel in self.panels.values():
@@ -348,6 +422,8 @@ class PanelArea(QScrollArea):
 
     def _drop(self, ident: tuple[str, str]) -> None:
         panel = self.panels.pop(ident)
+        self._stale.discard(ident)
+        self._asked.discard(ident)
         self._sort_keys.pop(ident, None)
         dock = self.docks.pop(ident, None)
         panel.hide()
@@ -415,6 +491,8 @@ class PanelArea(QScrollArea):
             card.set_panels(grid)
         self._order = sorted(self._cards, key=lambda path: (min(self._sort_keys[i][0] for i in by_path[path]), path))
         self._fit()
+        if self._stale:
+            self._shown_check.start()
 
     def page_width(self) -> int:
         """The width the cards are laid out in: the viewport's, less the vertical scroll bar whether it shows or
@@ -478,3 +556,5 @@ class PanelArea(QScrollArea):
         super().resizeEvent(event)
         if self._cards:
             self._fit()
+        if self._stale:
+            self._shown_check.start()
