@@ -147,7 +147,7 @@ def time_to_show(window: Window, move, timeout_s: float = 10.0) -> float:
     deadline = start + timeout_s
     while time.perf_counter() < deadline:
         QApplication.processEvents()
-        if not waiting_in_view(window) and not window.workspace.preparing:
+        if not waiting_in_view(window):
             break
     QApplication.processEvents()  # the paint of what came
     return (time.perf_counter() - start) * 1000

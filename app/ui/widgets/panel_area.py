@@ -390,10 +390,15 @@ class PanelArea(QScrollArea):
         return frozenset(ident for ident, panel in self.panels.items() if not self.in_view(panel))
 
     def _want_shown(self, *_: object) -> None:
-        wanted = [ident for ident in self._stale - self._asked if self.in_view(self.panels[ident])]
-        if wanted:
-            self._asked.update(wanted)
-            self.pictures_wanted.emit(wanted)
+        """Ask for the pictures of the waiting panels in view, then (a second request, made after the first) of
+        those a page away, so that what is on screen comes first."""
+        waiting = [ident for ident in self._stale - self._asked if self.in_view(self.panels[ident])]
+        now = [ident for ident in waiting if self.in_view(self.panels[ident], ahead=0)]
+        soon = [ident for ident in waiting if ident not in now]
+        for wanted in (now, soon):
+            if wanted:
+                self._asked.update(wanted)
+                self.pictures_wanted.emit(wanted)
 
     def apply_to_all(self, change: Callable[[PanelSettings], PanelSettings]) -> None:
         for panel in self.panels.values():
