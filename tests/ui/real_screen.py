@@ -166,11 +166,13 @@ def rest_pointer(window) -> None:
 
 
 def first_panel_in_view(window, kind: str = "forward"):
-    area = window.panel_area
-    for panel in area.panels.values():
-        if panel.kind == kind and panel.picture is not None and visible_rect(panel._view.viewport()).height() > 60:
-            return panel
-    return None
+    """The panel of ``kind`` with the most of its mosaic view on screen (any kind when none of it shows)."""
+    def seen(panel) -> int:
+        rect = visible_rect(panel._view.viewport())
+        return rect.height() if rect.width() > 20 else 0
+    panels = [p for p in window.panel_area.panels.values() if p.picture is not None and seen(p) > 20]
+    of_kind = [p for p in panels if p.kind == kind]
+    return max(of_kind or panels, key=seen, default=None)
 
 
 def tile_point(panel, channel: int) -> QPoint:
