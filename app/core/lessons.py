@@ -18,6 +18,7 @@ the same hooks through its workspace, where the hook inspector lists them.
 
 from __future__ import annotations
 
+import keyword
 import math
 import re
 import warnings
@@ -35,7 +36,7 @@ from app.core.capture import RunResult, _objective, capture_run
 from app.core.errors import HookscopeError
 from app.core.hooks import FORWARD, FULL_BACKWARD, PRE, TENSOR, HookInfo, HookRegistry
 from app.core.interventions import Intervention
-from app.core.snippets import captured_key, edit_snippet, hook_snippet, module_expression
+from app.core.snippets import captured_key, edit_snippet, hook_snippet, literal, module_expression, one_line
 from app.core.tree import ModelSurvey, ModuleRun, survey
 
 MIX_WEIGHT = 0.7  # manifold mixup: 0.7 A + 0.3 B
@@ -258,7 +259,7 @@ def small_image() -> torch.Tensor:
 
 def catalogue_code(name: str) -> str:
     """Python that builds the catalogue model ``name`` as the lesson's ``model`` (random weights)."""
-    return f'import torchvision\n\nmodel = torchvision.models.get_model("{name}", weights=None).eval()'
+    return f"import torchvision\n\nmodel = torchvision.models.get_model({literal(name)}, weights=None).eval()"
 
 
 def model_code_for(loaded: Any) -> str:
@@ -270,23 +271,25 @@ def model_code_for(loaded: Any) -> str:
     model_file = getattr(loaded, "model_file", "")
     if source == "python" and ":" in model_file:
         file, _, factory = model_file.rpartition(":")
+        plain = all(part.isidentifier() and not keyword.iskeyword(part) for part in factory.split("."))
+        build = f"user_model.{factory}" if plain else f"getattr(user_model, {factory!r})"  # a name never becomes code
         return (
             "import importlib.util\n\n"
             f'spec = importlib.util.spec_from_file_location("user_model", {file!r})\n'
             "user_model = importlib.util.module_from_spec(spec)\n"
             "spec.loader.exec_module(user_model)\n"
-            f"model = user_model.{factory}().eval()"
+            f"model = {build}().eval()"
         )
     if source == "state_dict":
         return (
             "import torchvision\n\n"
-            f'model = torchvision.models.get_model("{loaded.name}", weights=None)\n'
+            f"model = torchvision.models.get_model({literal(loaded.name)}, weights=None)\n"
             f"model.load_state_dict(torch.load({model_file!r}))  # unwrap it first if the file is a checkpoint\n"
             "model.eval()"
         )
     if source == "pickle":
         return f"model = torch.load({model_file!r}, weights_only=False).eval()  # a pickled model: trusted files only"
-    return f"model = ...  # {loaded.name}, in eval mode (set this to your model)"
+    return f"model = ...  # {one_line(loaded.name)}, in eval mode (set this to your model)"
 
 
 # ---- handles ---------------------------------------------------------------------------------------------------

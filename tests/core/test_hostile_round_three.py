@@ -359,6 +359,7 @@ class Hostile(nn.Module):
 
 def build():
     return Hostile()
+
 '''
 
 
@@ -548,3 +549,21 @@ def test_a_box_larger_than_the_image_is_clamped_to_it(scan_json, images, tmp_pat
     assert np.array_equal(reader.patch(entry), whole)  # the box clamped to the image is the whole image
     part = reader.patch(replace(entry, box=(-50, -50, 10, 10)))
     assert np.array_equal(part, reader.patch(replace(entry, box=(0, 0, 10, 10))))
+
+
+def test_the_lessons_model_code_for_a_hostile_file_name_parses_and_builds_it(hostile_script) -> None:
+    """A guard (this passed before issue 23 too: the file name was already repr'd, and a factory's name must be an
+    identifier to be opened at all)."""
+    import ast
+
+    import torch
+
+    from app.core.lessons import model_code_for
+    from app.core.pipeline import ModelSource, open_model
+
+    _script, model, marker = hostile_script  # the model file is named my "model".py
+    code = model_code_for(open_model(ModelSource(name="resnet18", file=f"{model}:build", trust=True)))
+    ast.parse(code)
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102  (the code the lesson shows, run as a user would)
+    assert isinstance(namespace["model"], torch.nn.Module) and not marker.exists()
