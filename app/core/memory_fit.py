@@ -104,6 +104,8 @@ def activation_bytes(module: nn.Module, channels: int, upto: str | Collection[st
     handles = [m.register_forward_hook(hook) for m in module.modules()]
     parameter = next(module.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
+    training = {m: m.training for m in module.modules()}
+    module.eval()  # the probe must not move a BatchNorm's running statistics
     try:
         with torch.no_grad():
             module(torch.zeros(1, channels, probe, probe, device=device))
@@ -112,6 +114,8 @@ def activation_bytes(module: nn.Module, channels: int, upto: str | Collection[st
     finally:
         for handle in handles:
             handle.remove()
+        for m, mode in training.items():
+            m.training = mode
     pixels = probe * probe
     total = sum(seen.values())
     return ActivationBytes(total / pixels, (upto_bytes[0] if upto_bytes else total) / pixels, largest[0] / pixels,

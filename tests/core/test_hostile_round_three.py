@@ -567,3 +567,20 @@ def test_the_lessons_model_code_for_a_hostile_file_name_parses_and_builds_it(hos
     namespace: dict = {}
     exec(code, namespace)  # noqa: S102  (the code the lesson shows, run as a user would)
     assert isinstance(namespace["model"], torch.nn.Module) and not marker.exists()
+
+
+def test_measuring_what_fits_leaves_the_model_as_it_was() -> None:
+    import torch
+    import torchvision
+
+    from app.core.memory_fit import activation_bytes
+
+    model = torchvision.models.resnet18(weights=None).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    measured = activation_bytes(model, 3, "layer1")
+    assert model.training and all(m.training for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # running stats untouched
+    # ResNet-18 at 64 pixels, float32: conv1's output is the largest (64 x 32 x 32 values per 64 x 64 pixels)
+    assert measured.largest == 64 * 32 * 32 * 4 / (64 * 64) and 0 < measured.upto < measured.total
+    assert measured.shapes == {"layer1": (1, 64, 16, 16)}
+    assert not any(m._forward_hooks for m in model.modules())
