@@ -191,20 +191,19 @@ def session_scan(workspace, folder, tmp_path) -> tuple[Path, dict]:
     return file, json.loads(file.read_text())
 
 
-@pytest.mark.parametrize("damage", ["channels 1e999", "image 10**18", "image -3", "/dev/zero"])
+# (a scan path of /dev/zero goes through the same read_scan: tests/core/test_hostile_round_three.py checks it in a
+# process of its own with bounded memory, since a regression would read it whole)
+@pytest.mark.parametrize("damage", ["channels 1e999", "image 10**18", "image -3"])
 def test_a_damaged_scan_in_a_session_is_one_problem_line_and_the_restore_finishes(feature, session_scan, damage):
     import json
 
     file, document = session_scan
     entry = {"path": str(file), "relative": "my.hookscope.scan/scan.json"}
-    if damage == "/dev/zero":
-        entry = {"path": "/dev/zero", "relative": "../" * 30 + "dev/zero"}
+    if damage == "channels 1e999":
+        document["modules"][PATH]["channels"] = 1e999
     else:
-        if damage == "channels 1e999":
-            document["modules"][PATH]["channels"] = 1e999
-        else:
-            document["modules"][PATH]["top"][0][0]["image"] = 10**18 if damage == "image 10**18" else -3
-        file.write_text(json.dumps(document).replace("Infinity", "1e999"))
+        document["modules"][PATH]["top"][0][0]["image"] = 10**18 if damage == "image 10**18" else -3
+    file.write_text(json.dumps(document).replace("Infinity", "1e999"))
     problems = feature.restore_from_session(entry, str(file.parent.parent))
     assert len(problems) == 1 and problems[0].endswith("The scan was not restored; the rest of the session was.")
     assert "\n" not in problems[0] and feature.result is None
