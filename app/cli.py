@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Windows otherwise)
 
 from app import __version__
+from app.cli_live import build_live_parser, frame_range, run_export_video, run_live
 from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
 from app.core.allocator import keep_freed_memory
 from app.core.errors import HookscopeError
@@ -26,7 +27,7 @@ from app.core.termination import SIGTERM_EXIT, Terminated, sigterm_raises
 if TYPE_CHECKING:
     from app.core.pipeline import ModelSource
 
-SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan")
+SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan", "live")
 BUILD_NOTE_AFTER_S = 2.0  # a model that takes longer to build is named, with how to stop it
 
 
@@ -114,6 +115,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     export.add_argument("--recursive", action="store_true", help="with --images: look in subfolders too")
     export.add_argument("--resume", action="store_true", help="with --images: keep images an earlier run finished")
     export.add_argument("--session", metavar="FILE", help="run a saved session (model, hooks, edits, images) headlessly")
+    export.add_argument("--video", metavar="FILE", help="a video file: the frames --frames names, one folder each")
+    export.add_argument("--frames", type=frame_range, metavar="A:B",
+                        help="with --video: frames A to B-1, counted from 0 (A: to the end, N: frame N alone)")  # fmt: skip
     export.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
     export.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)")
     export.add_argument("--target", type=_target, default="top1", help="'top1' or a class index for the gradient")
@@ -177,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "visualize": (build_visualize_parser(), run_visualize),
             "lessons": (build_lessons_parser(), run_lessons),
             "scan": (build_scan_parser(), run_scan_command),
+            "live": (build_live_parser(), run_live),
         }[args_list[0]]
         args = parser.parse_args(args_list[1:])
     else:
@@ -358,11 +363,14 @@ def _warn_non_finite_batch(images: list, root: Path, out: Path) -> None:
 
 def _export_mode(args: argparse.Namespace) -> str:
     """Which of --image, --images and --session was given (exactly one must be)."""
-    given = [name for name, value in (("--image", args.image), ("--images", args.images), ("--session", args.session)) if value]
+    given = [name for name, value in (("--image", args.image), ("--images", args.images), ("--session", args.session),
+                                      ("--video", args.video)) if value]  # fmt: skip
     if not given:
-        raise HookscopeError("One of --image, --images or --session is required.")
+        raise HookscopeError("One of --image, --images, --session or --video is required.")
     if len(given) > 1:
         raise HookscopeError(f"{given[0]} and {given[1]} cannot be used together; choose one.")
+    if args.frames is not None and given[0] != "--video":
+        raise HookscopeError("--frames goes with --video FILE.")
     for flag, value in (("--recursive", args.recursive), ("--resume", args.resume)):
         if value and given[0] != "--images":
             raise HookscopeError(f"{flag} goes with --images DIR.")
@@ -384,6 +392,8 @@ def run_export(args: argparse.Namespace) -> int:
         return run_export_batch(args)
     if mode == "--session":
         return run_export_session(args)
+    if mode == "--video":
+        return run_export_video(args)
     from app.core.devices import resolve_device
     from app.core.export import write_run
     from app.core.hooks import HookRegistry

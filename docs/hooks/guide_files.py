@@ -22,12 +22,13 @@ SCREENSHOT_TYPES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
     """``{"": the window's parser, "export": ..., ...}``: every parser ``hookscope`` dispatches to."""
     from app import cli
+    from app.cli_live import build_live_parser
     from app.cli_scan import build_scan_parser
 
     gui, export, bench, download = cli.build_parsers()
     parsers = {"": gui, "export": export, "bench": bench, "download": download,
                "visualize": cli.build_visualize_parser(), "lessons": cli.build_lessons_parser(),
-               "scan": build_scan_parser()}  # fmt: skip
+               "scan": build_scan_parser(), "live": build_live_parser()}  # fmt: skip
     missing = set(cli.SUBCOMMANDS) - set(parsers)
     if missing:  # a subcommand added to the CLI must be added here, or the reference would silently lack it
         raise RuntimeError(f"docs/hooks/guide_files.py does not know the subcommand(s) {sorted(missing)}")
@@ -79,7 +80,7 @@ def render_reference() -> str:
         "`hookscope --help` and `hookscope SUBCOMMAND --help` say. The guide's pages explain what each command is",
         "for: [the window](../window.md), [export](../sessions-exports.md), [edits](../edits.md),",
         "[your own model](../own-model.md), [scan](../scan.md), [visualize](../dream.md),",
-        "[lessons](../lessons.md), [bench](../performance.md).",
+        "[lessons](../lessons.md), [live](../live.md), [bench](../performance.md).",
         "",
         "Errors exit non-zero with one readable line on stderr (exit 2: an error you can fix; 1: a bug in",
         "Hookscope); `--debug` shows the traceback.",

@@ -236,7 +236,8 @@ def test_cli_batch_exits_2_when_no_image_can_be_read(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "One of --image, --images or --session is required."),
+        ([], "One of --image, --images, --session or --video is required."),
+        (["--image", "a.png", "--frames", "0:4"], "--frames goes with --video FILE."),
         (["--image", "a.png", "--session", "s.json"], "--image and --session cannot be used together; choose one."),
         (["--image", "a.png", "--resume"], "--resume goes with --images DIR."),
         (

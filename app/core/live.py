@@ -1,0 +1,193 @@
+"""A video or camera through the hooked model, frame after frame, measured against the model alone.
+
+:func:`live_run` is the loop ``hookscope live`` runs (and what the window's live view will run in its worker): the
+newest frame of a :class:`~app.core.video.LatestFrame` is preprocessed and run forward and backward through the
+hooks with ``capture_run``, the engine of every other run. Around the hooked frames, the same model runs alone
+(``bench.bare_run``: forward, top-1 logit, backward to the input, no hook registered) on a frame of the same
+source, before and after, so the processed rate is compared with the model's own rate measured in the same
+process, on the same machine state.
+
+The hooks live exactly as long as the run: they are registered on a fresh registry after the first bare phase and
+removed before the second one, whatever ends the run (the end of the file, Ctrl-C, a damaged frame).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from PIL import Image
+
+from app.core.bench import bare_run
+from app.core.capture import RunResult, Target, capture_run
+from app.core.devices import resolve_device
+from app.core.hooks import HookRegistry
+from app.core.models import LoadedModel
+from app.core.termination import Terminated
+from app.core.video import Frame, LatestFrame, VideoError, VideoSource
+
+BARE_WARMUP = 2  # untimed runs before the first bare phase: the allocator and the threads settle
+
+
+@dataclass
+class LiveReport:
+    """What a live run did. Rates are per second of wall time; ``hooked_ms`` is each processed frame's forward and
+    backward as ``capture_run`` timed them, ``bare_ms`` each run of the model alone."""
+
+    frames: int = 0  # frames run through the hooks (timed)
+    seconds: float = 0.0  # from taking the first timed frame to the end of the last one's run
+    read: int = 0  # frames the source delivered during the timed part
+    dropped: int = 0  # of those, frames a newer one replaced before the model was free
+    source_fps: float = 0.0  # the source's delivered rate, as measured
+    hooked_ms: list[float] = field(default_factory=list)
+    bare_ms: list[float] = field(default_factory=list)
+    input_shape: tuple[int, ...] = ()
+    hooks: int = 0  # hooks registered during the run
+    ended_by: str = "frames"  # "frames" (the count asked for), "end" (of the file), "Ctrl-C", "SIGTERM", "error"
+    error: VideoError | None = None  # a truncated or damaged file: what was processed before it stays
+    rss_mb: tuple[float, float] | None = None  # resident memory at the first and last timed frame (Linux)
+
+    @property
+    def processed_fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 and self.frames else 0.0
+
+    @property
+    def engine_fps(self) -> float:
+        """The model's own forward+backward rate: 1 / the median bare run."""
+        return 1000.0 / statistics.median(self.bare_ms) if self.bare_ms else 0.0
+
+    @property
+    def hooked_fps(self) -> float:
+        """1 / the median hooked forward+backward: the hooks' cost without reading and preprocessing."""
+        return 1000.0 / statistics.median(self.hooked_ms) if self.hooked_ms else 0.0
+
+    @property
+    def ratio(self) -> float:
+        """Processed rate over the model's own rate (1.0: reading, preprocessing and the hooks cost nothing)."""
+        return self.processed_fps / self.engine_fps if self.engine_fps else 0.0
+
+
+def _rss_mb() -> float | None:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None  # not Linux: the report says nothing about memory
+
+
+def frame_input(loaded: LoadedModel, frame: Frame) -> torch.Tensor:
+    """The (1, C, H, W) tensor the model takes for a frame: the model's own preprocessing, as for an image file."""
+    return loaded.preprocess.to_tensor(Image.fromarray(frame.rgb))
+
+
+def _sync(dev: torch.device) -> None:
+    """Wait for the device, so that a timing covers the work and not just its launch."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+def _bare_phase(model: torch.nn.Module, x: torch.Tensor, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        bare_run(model, x)
+        _sync(x.device)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def live_run(
+    loaded: LoadedModel,
+    source: VideoSource,
+    register: Callable[[HookRegistry], object],
+    *,
+    frames: int,
+    paced: bool = True,
+    loop: bool = False,
+    device: str = "cpu",
+    target: Target = "top1",
+    bare_runs: int = 5,
+    on_result: Callable[[Frame, RunResult], object] | None = None,
+    on_start: Callable[[], object] | None = None,
+) -> LiveReport:
+    """Run up to ``frames`` frames of ``source`` through ``loaded.module`` with the hooks ``register`` adds to a
+    fresh registry, and time the model alone for ``bare_runs`` runs before and after.
+
+    The source's first frame is read here, for the model-alone runs and the untimed first hooked run (it surveys
+    the model); only then does the source start playing on its own thread (:class:`LatestFrame`, ``paced``: a file
+    at its own frame rate, frames dropped when the model is slower; not paced: as fast as the model takes them,
+    none dropped), so that a paced file does not play on while the model is timed alone.
+
+    ``on_start`` is called when the timed part begins. Each frame's records go to ``on_result`` (if given) and are then let go, so memory stays flat however long it
+    runs. Ctrl-C (or SIGTERM made to raise, ``termination.sigterm_raises``) ends the run with what was done:
+    ``ended_by`` "Ctrl-C" or "SIGTERM" (the second bare phase is skipped). A file that ends early because it is
+    truncated ends it with ``error``. The source is closed and every hook removed before this returns.
+    """
+    report = LiveReport()
+    model = loaded.module
+    dev = resolve_device(device)
+    registry: HookRegistry | None = None
+    stream: LatestFrame | None = None
+    start = time.perf_counter()
+    read0 = dropped0 = 0
+    try:
+        first = source.read()
+        if first is None:
+            report.ended_by = "end"
+            return report
+        model.to(dev)
+        x = frame_input(loaded, first).to(dev)
+        report.input_shape = tuple(x.shape)
+        _bare_phase(model, x, BARE_WARMUP)
+        report.bare_ms += _bare_phase(model, x, bare_runs)
+        registry = HookRegistry(model)
+        register(registry)
+        report.hooks = len(registry.handles())
+        capture_run(model, registry, frame_input(loaded, first), device=device, target=target,
+                    categories=loaded.categories)  # fmt: skip
+        if on_start is not None:  # the model is measured and the hooks are on: the timed part begins
+            on_start()
+        stream = LatestFrame(source, paced=paced, lossless=not paced, loop=loop)
+        start = time.perf_counter()
+        rss_start = _rss_mb()
+        while report.frames < frames:
+            frame = stream.take()
+            if frame is None:
+                report.ended_by = "end"
+                break
+            result = capture_run(model, registry, frame_input(loaded, frame), device=device, target=target,
+                                 categories=loaded.categories)  # fmt: skip
+            report.hooked_ms.append(result.timings["forward_ms"] + result.timings["backward_ms"])
+            report.frames += 1
+            if on_result is not None:
+                on_result(frame, result)
+            del result  # the records go now, not when the next frame's replace them
+        report.seconds = time.perf_counter() - start
+        rss_end = _rss_mb()
+        report.rss_mb = (rss_start, rss_end) if rss_start is not None and rss_end is not None else None
+        stream.close()
+        registry.clear()
+        registry = None
+        report.bare_ms += _bare_phase(model, x, bare_runs)
+    except VideoError as error:
+        report.ended_by, report.error = "error", error
+    except KeyboardInterrupt as stop:
+        report.ended_by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+    finally:
+        if registry is not None:
+            registry.clear()
+        if stream is not None:
+            stream.close()
+        source.close()
+    if report.frames and not report.seconds:  # stopped early: the rate of what was done
+        report.seconds = time.perf_counter() - start
+    if stream is not None:
+        report.read, report.dropped = stream.read_count - read0, stream.dropped - dropped0
+        report.source_fps = stream.source_fps
+    return report

@@ -1,0 +1,201 @@
+"""A video through the hooked model (app.core.live, ``hookscope live``, ``hookscope export --video``): real
+torchvision ResNet-18 (random weights), real video files written by the test, real processes for the command line."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from video_files import frame_number, truncate, write_video
+
+from app.core.live import frame_input, live_run
+from app.core.models import load_model
+from app.core.video import open_video
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ["layer1", "layer3"]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("videos")
+    clip = write_video(folder / "clip.mp4", frames=12)
+    return {"mp4": clip, "avi": write_video(folder / "clip.avi", frames=12),
+            "fast": write_video(folder / "fast.avi", frames=30, fps=60.0),
+            "cut": truncate(write_video(folder / "whole.avi", frames=30), folder / "cut.avi")}  # fmt: skip
+
+
+@pytest.fixture
+def loaded(resnet18_loaded):
+    return copy.deepcopy(resnet18_loaded)  # this test's hooks can never reach another's model
+
+
+def hook_and_collect(registry) -> None:
+    for path in LAYERS:
+        registry.add(path, "forward")
+        registry.add(path, "backward")
+
+
+def test_every_frame_runs_through_the_hooks_and_no_hook_is_left(loaded, videos, hook_counts):
+    before = hook_counts(loaded.module)
+    seen = []
+
+    def keep(frame, result):
+        seen.append((frame.index, frame_number(frame.rgb), {(r.path, r.kind): r.tensor.shape for r in result.records}))
+        # the captures are of this frame: its preprocessed pixels are the run's input
+        torch.testing.assert_close(result.input, frame_input(loaded, frame))
+
+    source = open_video(videos["mp4"])
+    report = live_run(loaded, source, hook_and_collect, frames=5, paced=False, bare_runs=2, on_result=keep)
+    assert report.ended_by == "frames" and report.frames == 5 and report.hooks == 4
+    # frame 0 is read first, for the model alone and the survey; the timed frames follow it, none dropped
+    assert [index for index, _, _ in seen] == [1, 2, 3, 4, 5] == [number for _, number, _ in seen]
+    assert seen[0][2] == {("layer1", "forward"): (1, 64, 56, 56), ("layer1", "backward"): (1, 64, 56, 56),
+                          ("layer3", "forward"): (1, 256, 14, 14), ("layer3", "backward"): (1, 256, 14, 14)}  # fmt: skip
+    assert report.dropped == 0 and len(report.bare_ms) == 4 and len(report.hooked_ms) == 5
+    assert report.processed_fps > 0 and report.engine_fps > 0 and report.ratio > 0
+    assert source.closed
+    assert hook_counts(loaded.module) == before
+
+
+def test_a_slow_model_drops_frames_and_works_on_the_newest(loaded, videos, hook_counts):
+    """A frame every 17 ms, a model that takes at least 100 ms: it sees every sixth frame or fewer, always the
+    newest one, never a backlog."""
+    before = hook_counts(loaded.module)
+    slow = loaded.module.register_forward_pre_hook(lambda module, args: time.sleep(0.1))  # a deliberately slow model
+    indices = []
+    try:
+        report = live_run(loaded, open_video(videos["fast"]), hook_and_collect, frames=100, paced=True, bare_runs=1,
+                          on_result=lambda frame, result: indices.append(frame.index))  # fmt: skip
+    finally:
+        slow.remove()
+    assert report.ended_by == "end" and report.frames == len(indices) < 10
+    assert indices == sorted(set(indices)) and indices[-1] == 29  # the last frame of the file is the last one run
+    assert max(b - a for a, b in zip(indices, indices[1:])) >= 5  # frames were skipped, not queued
+    assert report.dropped == 29 - len(indices) and report.read == 29  # frames 1-29 played while it ran
+    assert hook_counts(loaded.module) == before
+
+
+def test_a_truncated_file_keeps_what_was_run_and_says_so(loaded, videos, hook_counts):
+    before = hook_counts(loaded.module)
+    indices = []
+    report = live_run(loaded, open_video(videos["cut"]), hook_and_collect, frames=100, paced=False, bare_runs=1,
+                      on_result=lambda frame, result: indices.append(frame.index))  # fmt: skip
+    assert report.ended_by == "error" and "truncated" in str(report.error)
+    assert indices and indices == list(range(1, indices[-1] + 1)) and report.frames == len(indices)
+    assert hook_counts(loaded.module) == before
+
+
+# ---- the command line, run as a user would --------------------------------------------------------------------
+
+
+def hookscope(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env, **kwargs)  # fmt: skip
+
+
+def test_live_prints_the_processed_rate_next_to_the_models_own(videos):
+    done = hookscope("live", "--video", str(videos["avi"]), "--layers", ",".join(LAYERS), "--frames", "4",
+                     "--unpaced", "--bare-runs", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        f"resnet18 on cpu, 4 hooks (forward+backward), input 224x224; source {videos['avi']} (64x48 "
+        "at 25 fps, 12 frames), read as fast as the model takes them"
+    )
+    assert lines[1].startswith("processed 4 frames in ") and "dropped 0" in lines[1]
+    assert "model alone (forward+backward, median of 4 runs)" in lines[1] and "processed/model " in lines[1]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("which", ["notes", "cut", "camera"])
+def test_live_bad_input_is_one_line_and_exit_2(videos, tmp_path, which):
+    if which == "notes":
+        notes = tmp_path / "notes.mp4"
+        notes.write_text("not a video\n" * 50)
+        args = ["--video", str(notes)]
+    elif which == "cut":
+        args = ["--video", str(videos["cut"]), "--unpaced", "--bare-runs", "1"]
+    else:
+        if not sys.platform.startswith("linux") or any(Path("/dev").glob("video[0-9]*")):
+            pytest.skip("this machine has a camera")
+        args = ["--camera", "0"]
+    done = hookscope("live", *args, "--layers", "layer4", "--frames", "100")
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("hookscope: error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    expected = {"notes": "not a video file FFmpeg can open", "cut": "truncated", "camera": "No camera found"}[which]
+    assert expected in errors[0]
+    if which == "cut":  # the frames before the damage were run, and said so
+        assert "processed " in done.stdout
+    else:
+        assert done.stderr.count("\n") == 1
+
+
+def test_live_lists_no_camera_in_one_line():
+    if not sys.platform.startswith("linux") or any(Path("/dev").glob("video[0-9]*")):
+        pytest.skip("this machine has a camera")
+    done = hookscope("live", "--list-cameras")
+    assert done.returncode == 0 and done.stdout == ""
+    assert done.stderr.strip().startswith("hookscope: No camera found") and done.stderr.count("\n") == 1
+
+
+def test_sigterm_stops_live_with_one_line(videos):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "live", "--video", str(videos["avi"]), "--layers", "layer1", "--loop",
+         "--frames", "100000", "--bare-runs", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        started = ""
+        while not started.startswith("hookscope: playing"):  # the timed part has begun: hooks on, the file playing
+            started = process.stderr.readline()
+            assert started, "live ended before playing"
+        assert started.startswith(f"hookscope: playing {videos['avi']} through the hooks"), started
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert err.splitlines() == [err.strip()] and err.startswith("hookscope: live stopped after ") and "(SIGTERM)" in err
+    assert "processed " in out  # what it did before the signal
+
+
+def test_export_video_writes_the_captures_of_a_frame_range(videos, tmp_path):
+    out = tmp_path / "out"
+    done = hookscope("export", "--video", str(videos["mp4"]), "--frames", "2:5", "--layers", "layer1",
+                     "--out", str(out), "--no-png")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["frame-000002", "frame-000003", "frame-000004"]
+    manifest = json.loads((out / "frame-000003" / "manifest.json").read_text())
+    assert manifest["video"] == {"file": str(videos["mp4"]), "frame": 3, "time_s": pytest.approx(0.12)}
+    # the input is exactly frame 3 of the file through the model's preprocessing
+    with open_video(videos["mp4"]) as source:
+        source.skip_to(3)
+        frame = source.read()
+    assert frame_number(frame.rgb) == 3
+    expected = load_model("resnet18").preprocess.to_tensor(Image.fromarray(frame.rgb)).numpy()
+    np.testing.assert_array_equal(np.load(out / "frame-000003" / "input.npy"), expected)
+    assert np.load(out / "frame-000003" / "activations.npz")["layer1"].shape == (1, 64, 56, 56)
+
+
+def test_export_video_of_a_truncated_file_writes_what_it_holds_and_exits_2(videos, tmp_path):
+    out = tmp_path / "out"
+    done = hookscope("export", "--video", str(videos["cut"]), "--frames", "0:", "--layers", "layer4",
+                     "--out", str(out), "--no-png")  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "truncated" in done.stderr and "Traceback" not in done.stderr
+    written = sorted(p.name for p in out.iterdir())
+    assert written and all((out / name / "manifest.json").is_file() for name in written)

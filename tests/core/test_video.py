@@ -1,0 +1,176 @@
+"""The video reader (app.core.video) on real files written by the test: frames, their order and colours, the newest
+frame winning on a slow consumer, the end of a file, files that are not videos or are truncated, and the camera
+path on a machine without a camera."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+from video_files import frame_number, truncate, write_video
+
+from app.cli_live import frame_range
+from app.core.video import LatestFrame, VideoError, list_cameras, no_camera_line, open_camera, open_video
+
+NO_CAMERA = sys.platform.startswith("linux") and not glob.glob("/dev/video[0-9]*")
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("videos")
+    return {
+        "avi": write_video(folder / "clip.avi"),
+        "mp4": write_video(folder / "clip.mp4"),
+        "fast": write_video(folder / "fast.avi", frames=32, fps=50.0),
+    }
+
+
+@pytest.mark.parametrize("kind", ["avi", "mp4"])
+def test_every_frame_in_order_as_rgb_with_index_and_time(videos, kind):
+    with open_video(videos[kind]) as source:
+        assert (source.info.kind, source.info.width, source.info.height) == ("video", 64, 48)
+        assert source.info.fps == pytest.approx(25.0) and source.info.frame_count == 30
+        frames = []
+        while (frame := source.read()) is not None:
+            frames.append(frame)
+    assert [f.index for f in frames] == list(range(30))
+    assert [frame_number(f.rgb) for f in frames] == list(range(30))  # the decoded pixels are those frames
+    assert [f.time_s for f in frames] == pytest.approx([i / 25 for i in range(30)])
+    first = frames[5].rgb
+    assert first.shape == (48, 64, 3) and first.dtype == np.uint8 and first.flags.c_contiguous
+    # RGB, not OpenCV's BGR: the file's frames are red (and green by index), with no blue
+    assert first[..., 0].mean() > 240 and first[..., 2].mean() < 15
+
+
+def test_a_slow_consumer_gets_the_newest_frame_and_the_others_are_dropped_not_queued(videos):
+    # 32 frames at 50 fps: a frame every 20 ms, played at its own rate as a camera gives them
+    with LatestFrame(open_video(videos["fast"]), paced=True) as stream:
+        first = stream.take(timeout=5)
+        time.sleep(0.3)  # a model busy for 15 frames' time
+        second = stream.take(timeout=5)
+        taken = [first, second]
+        while (frame := stream.take(timeout=5)) is not None:
+            taken.append(frame)
+            time.sleep(0.1)
+        assert stream.ended
+    # Queued, the second frame would be frame 1; the newest wins, so it is about 15 frames on (a loaded machine
+    # may read late, never early: at least 6 frames on is far from any queue).
+    assert second.index >= first.index + 6
+    assert frame_number(second.rgb) == second.index
+    indices = [f.index for f in taken]
+    assert indices == sorted(set(indices))  # never an older frame, never one twice
+    assert stream.read_count == 32 and stream.taken == len(taken) < 14
+    assert stream.dropped == stream.read_count - stream.taken  # every frame not taken was dropped, none waits
+    assert stream.source_fps == pytest.approx(50, rel=0.3)
+
+
+def test_lossless_reading_gives_every_frame_to_a_slow_consumer(videos):
+    with LatestFrame(open_video(videos["avi"]), paced=False, lossless=True) as stream:
+        indices = []
+        for frame in stream:
+            indices.append(frame.index)
+            if len(indices) < 4:
+                time.sleep(0.05)
+    assert indices == list(range(30)) and stream.dropped == 0
+
+
+def test_the_end_of_a_file_ends_the_stream_and_closes_the_source(videos):
+    source = open_video(videos["mp4"])
+    stream = LatestFrame(source, paced=False, lossless=True)
+    assert len(list(stream)) == 30
+    assert stream.take(timeout=1) is None and stream.ended
+    stream.close()
+    assert source.closed and not stream._thread.is_alive()
+
+
+def test_closing_stops_the_reader_of_a_file_still_playing(videos):
+    stream = LatestFrame(open_video(videos["avi"]), paced=True)  # 1.2 s of frames
+    assert stream.take(timeout=5) is not None
+    started = time.monotonic()
+    stream.close()
+    assert time.monotonic() - started < 1.0 and not stream._thread.is_alive() and stream.source.closed
+
+
+def test_a_loop_plays_the_file_again(videos):
+    with LatestFrame(open_video(videos["avi"]), paced=False, lossless=True, loop=True) as stream:
+        indices = [stream.take(timeout=5).index for _ in range(35)]
+    assert indices == list(range(30)) + list(range(5))
+
+
+def test_a_truncated_file_gives_its_frames_then_one_clear_line(videos, tmp_path):
+    cut = truncate(videos["avi"], tmp_path / "cut.avi")
+    with pytest.raises(VideoError) as raised:
+        with open_video(cut) as source:
+            good = []
+            while (frame := source.read()) is not None:
+                good.append(frame_number(frame.rgb))
+    message = str(raised.value)
+    assert "truncated" in message and "cut.avi" in message and "\n" not in message
+    assert raised.value.path == str(cut)
+    assert 0 < len(good) < 30 and good == list(range(len(good)))
+    # through the reader thread: the frames it holds first, then the same error, at the consumer
+    stream = LatestFrame(open_video(cut), paced=False, lossless=True)
+    taken = []
+    with pytest.raises(VideoError, match="truncated"):
+        for frame in stream:
+            taken.append(frame.index)
+    assert taken == list(range(len(good)))
+    stream.close()
+
+
+def test_a_truncated_mp4_without_its_index_is_refused_on_opening(videos, tmp_path):
+    cut = truncate(videos["mp4"], tmp_path / "cut.mp4")  # mp4v's index (moov) is written at the end
+    with pytest.raises(VideoError, match="not a video file FFmpeg can open") as raised:
+        open_video(cut)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("notes.mp4", b"these are notes, not a video\n" * 40, "not a video file FFmpeg can open"),
+        ("empty.avi", b"", "the file is empty"),
+        ("missing.mp4", None, "does not exist"),
+    ],
+)
+def test_a_file_that_is_not_a_video_is_one_clear_line(tmp_path, name, content, expected):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(VideoError, match=expected) as raised:
+        open_video(path)
+    assert "\n" not in str(raised.value) and name in str(raised.value)
+
+
+def test_a_picture_is_not_a_video(tmp_path):
+    picture = tmp_path / "still.png"
+    Image.new("RGB", (32, 32), "red").save(picture)
+    with pytest.raises(VideoError, match="is a picture, not a video"):
+        open_video(picture)
+    with pytest.raises(VideoError, match="folder"):
+        open_video(tmp_path)
+
+
+@pytest.mark.skipif(not NO_CAMERA, reason="this machine has a camera (/dev/video*)")
+def test_no_camera_on_this_machine_is_one_clear_line():
+    assert list_cameras() == []
+    line = no_camera_line()
+    assert line.startswith("No camera found") and "/dev/video" in line and "\n" not in line
+    with pytest.raises(VideoError) as raised:
+        open_camera(0)
+    assert str(raised.value) == line
+
+
+def test_frame_ranges_are_python_slices():
+    assert frame_range("3:7") == (3, 7)
+    assert frame_range("5:") == (5, None)
+    assert frame_range(":4") == (0, 4)
+    assert frame_range("12") == (12, 13)
+    for bad in ("7:3", "-1:4", "a:b", "4:4"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            frame_range(bad)
