@@ -14,6 +14,7 @@ from app.ui.features.input_settings import InputSettingsFeature
 from app.ui.features.inspector import InspectorFeature
 from app.ui.features.interventions import InterventionsFeature
 from app.ui.features.lessons import LessonsFeature
+from app.ui.features.live import LiveFeature
 from app.ui.features.load_cancel import LoadCancelFeature
 from app.ui.features.numeric_health import NumericHealthFeature
 from app.ui.features.open_model import ModelFilesFeature
@@ -37,4 +38,5 @@ FEATURES: list[tuple[str, Callable]] = [
     ("lessons", LessonsFeature),  # Help > Learn the hooks; a side view: tabbed under the cards
     ("desktop_entry", DesktopEntryFeature),  # Help > Add Hookscope to the applications menu (Linux)
     ("scan", ScanFeature),  # File > Scan a folder…; its Top images tabbed with the Channel view
+    ("live", LiveFeature),  # File > Open video… / Open camera…: the frames through the run path, Space freezes
 ]

@@ -1,0 +1,205 @@
+"""Live: a video file or a camera through the window's run path (``LiveFeature``, id "live").
+
+File > Open video… (or dropping a video file) and File > Open camera… start a source (``app.core.video``): it
+plays on a thread of its own into a one-frame mailbox (``LatestFrame``, paced at the file's own rate, as a camera
+gives its frames). Whenever the workspace has no run in flight, the newest frame is asked for as the image on
+screen (``workspace.request_image``), so every panel, the predictions, Grad-CAM and the Channel view follow it
+through the workspace's one run path; frames that arrive while a run is in flight are dropped, never queued.
+
+Space freezes the frame on screen (it is then an image like any other: edits, the inspector and exports work on
+it) and resumes; the Space shortcut exists only while a source is open, so the module tree keeps its own Space the
+rest of the time. The status bar shows the source's and the processed frame rates once a second. A file that is
+not a video, or ends early because it is truncated, is one error line; the results on screen stay.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from PIL import Image
+from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QFileDialog, QInputDialog
+
+from app.core.errors import HookscopeError
+from app.core.video import (
+    VIDEO_SUFFIXES,
+    LatestFrame,
+    VideoSource,
+    list_cameras,
+    no_camera_line,
+    open_camera,
+    open_video,
+)
+from app.ui.actions.specs import ActionSpec
+from app.ui.host import Host
+from app.ui.state.requests import ImageSource, RunOutcome
+from app.ui.state.workspace import Workspace
+
+VIDEO_FILTER = "Videos (" + " ".join(f"*{suffix}" for suffix in sorted(VIDEO_SUFFIXES)) + ");;All files (*)"
+POLL_MS = 5  # how often the newest frame is looked for while no run is in flight
+RATES_EVERY_S = 1.0
+
+
+class LiveFeature(QObject):
+    """The live source's menu entries, drop handler, frame pump and freeze."""
+
+    id = "live"
+
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        super().__init__()
+        self.workspace = workspace
+        self.host = host
+        self.stream: LatestFrame | None = None
+        self.frozen = False
+        self.shown = 0  # frames whose run is on screen, since the source opened
+        self._asked: ImageSource | None = None  # the frame asked for last
+        self._rates_at = time.monotonic()
+        self._shown_at_rates = 0
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self._pump)
+        self._freeze_key: QShortcut | None = None
+        host.add_actions(self._action_specs())
+        host.add_drop_handler(self._on_drop)
+        workspace.run_applied.connect(self._on_run_applied)
+
+    def _action_specs(self) -> list[ActionSpec]:
+        return [
+            ActionSpec("file.open_video", "Open video…", "File", self.open_video_dialog, group=16, order=10,
+                       tooltip="Play a video file through the hooks: the panels follow its frames"),
+            ActionSpec("file.open_camera", "Open camera…", "File", self.open_camera_dialog, group=16, order=20,
+                       tooltip="Run a camera's frames through the hooks"),
+            ActionSpec("file.live_freeze", "Freeze / resume the video (Space)", "File", self.toggle_freeze, group=16,
+                       order=30, tooltip="Keep the frame on screen to work on it as on an image; again to resume"),
+            ActionSpec("file.live_stop", "Close the video or camera", "File", self.stop, group=16, order=40,
+                       tooltip="Stop the video or camera; the last frame's results stay"),
+        ]  # fmt: skip
+
+    # ---- public ---------------------------------------------------------------------------------------------
+    @property
+    def playing(self) -> bool:
+        return self.stream is not None
+
+    def open_video(self, path: str | os.PathLike) -> bool:
+        """Play the video at ``path``; a file that cannot be read is one error, and what is on screen stays."""
+        try:
+            source = open_video(path)
+        except HookscopeError as error:
+            self.host.show_error(str(error))
+            return False
+        self._start(source)
+        return True
+
+    def open_camera(self, index: int) -> bool:
+        try:
+            source = open_camera(index)
+        except HookscopeError as error:
+            self.host.show_error(str(error))
+            return False
+        self._start(source)
+        return True
+
+    def ask_video_path(self) -> str | None:
+        """The file to play (tests replace this question)."""
+        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open video", "", VIDEO_FILTER)
+        return path or None
+
+    def ask_camera(self, names: list[str]) -> int | None:
+        """Which of the cameras found to open (tests replace this question); its position in ``names``."""
+        name, ok = QInputDialog.getItem(self.host.dialog_parent(), "Open camera", "Camera:", names, 0, False)
+        return names.index(name) if ok else None
+
+    def open_video_dialog(self) -> None:
+        path = self.ask_video_path()
+        if path:
+            self.open_video(path)
+
+    def open_camera_dialog(self) -> None:
+        cameras = list_cameras()
+        if not cameras:
+            self.host.show_error(no_camera_line().replace(" (--video FILE)", " (File > Open video…)"))
+            return
+        choice = 0 if len(cameras) == 1 else self.ask_camera([camera.name for camera in cameras])
+        if choice is not None:
+            self.open_camera(cameras[choice].index)
+
+    def toggle_freeze(self) -> None:
+        """Freeze the frame on screen, or resume; the source plays on meanwhile (a camera cannot wait)."""
+        if self.stream is None:
+            self.host.show_status("No video or camera is open (File > Open video…).", 4000)
+            return
+        self.frozen = not self.frozen
+        name = self.stream.source.info.name
+        self.host.show_status(f"{name}: frozen on this frame (Space resumes)." if self.frozen
+                              else f"{name}: playing.", 4000)  # fmt: skip
+
+    def stop(self) -> None:
+        """Close the source; the last frame's results stay on screen."""
+        self._timer.stop()
+        if self._freeze_key is not None:
+            self._freeze_key.setEnabled(False)
+            self._freeze_key.deleteLater()
+            self._freeze_key = None
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        self.frozen = False
+
+    def shutdown(self) -> None:
+        self.stop()
+
+    # ---- the frames -----------------------------------------------------------------------------------------
+    def _start(self, source: VideoSource) -> None:
+        self.stop()
+        self.stream = LatestFrame(source, paced=True)
+        self.shown = self._shown_at_rates = 0
+        self._rates_at = time.monotonic()
+        self._asked = None
+        self._freeze_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.host.dialog_parent())
+        self._freeze_key.setContext(Qt.ShortcutContext.WindowShortcut)
+        self._freeze_key.activated.connect(self.toggle_freeze)
+        self._timer.start()
+        self.host.show_status(f"Playing {source.info.describe()}; Space freezes the frame.", 4000)
+
+    def _pump(self) -> None:
+        """Ask for the newest frame when no run is in flight: a busy model makes the source drop frames."""
+        stream = self.stream
+        if stream is None or self.frozen or self.workspace.scheduler.busy or self.workspace.loading:
+            return
+        try:
+            frame = stream.take(timeout=0)
+        except HookscopeError as error:  # a truncated file: its frames were shown; what is on screen stays
+            self.stop()
+            self.host.show_error(str(error))
+            return
+        if frame is None:
+            if stream.ended:
+                name = stream.source.info.name
+                self.stop()
+                self.host.show_status(f"End of {name}: {self.shown} frames shown, {stream.dropped} dropped.", 8000)
+            return
+        name = stream.source.info.name
+        self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb))
+        self.workspace.request_image(self._asked)
+
+    def _on_run_applied(self, outcome: RunOutcome) -> None:
+        if self.stream is None or self._asked is None or outcome.image != self._asked:
+            return
+        self.shown += 1
+        now = time.monotonic()
+        if now - self._rates_at >= RATES_EVERY_S:
+            processed = (self.shown - self._shown_at_rates) / (now - self._rates_at)
+            self._rates_at, self._shown_at_rates = now, self.shown
+            self.host.show_status(
+                f"{self.stream.source.info.name}: source {self.stream.source_fps:.1f} fps, processed "
+                f"{processed:.1f} fps, {self.stream.dropped} frames dropped", 2000,
+            )  # fmt: skip
+
+    def _on_drop(self, paths: list[str]) -> list[str]:
+        """A dropped video file plays; everything else is left to the other handlers."""
+        videos = [path for path in paths if os.path.splitext(path)[1].lower() in VIDEO_SUFFIXES]
+        if videos:
+            self.open_video(videos[0])
+        return [path for path in paths if path not in videos]

@@ -1,0 +1,145 @@
+"""Live built from a workspace and a fake host: a real video file (written by the test) plays through the
+workspace's run path (ResNet-18, random weights), the newest frame winning; Space freezes and resumes; the end of a
+file, a truncated file, a file that is not a video and "no camera" leave the results on screen."""
+
+from __future__ import annotations
+
+import glob
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtGui import QKeySequence, QShortcut
+from video_files import frame_number, truncate, write_video
+
+from app.ui.features.live import LiveFeature
+
+RUN_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture
+def feature(workspace, host):
+    live = LiveFeature(workspace, host)
+    yield live
+    live.shutdown()
+
+
+@pytest.fixture
+def shown(workspace):
+    """The frames whose runs came on screen, in order: (frame index from the name, index from the pixels)."""
+    frames = []
+
+    def keep(outcome):
+        if " · frame " in outcome.image.name:
+            rgb = outcome.result.input  # the run's own input: check it is that frame's pixels
+            frames.append((int(outcome.image.name.rsplit(" ", 1)[1]), outcome.image, rgb))
+
+    workspace.run_applied.connect(keep)
+    return frames
+
+
+def test_it_contributes_file_menu_entries_and_a_drop_handler(feature, host, tmp_path):
+    assert [host.actions[i].title for i in ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_stop")] \
+        == ["Open video…", "Open camera…", "Freeze / resume the video (Space)", "Close the video or camera"]
+    assert all(host.actions[i].menu == "File" for i in ("file.open_video", "file.open_camera"))
+    assert host.drop_handlers == [feature._on_drop]
+    assert feature._on_drop([str(tmp_path / "a.png"), str(tmp_path / "b.txt")]) == [str(tmp_path / "a.png"),
+                                                                                    str(tmp_path / "b.txt")]
+    # no Space shortcut while nothing plays: the module tree keeps its own Space
+    assert not host.parent.findChildren(QShortcut)
+
+
+def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(feature, workspace, host, qtbot, shown,
+                                                                         tmp_path):
+    clip = write_video(tmp_path / "clip.mp4", frames=30, fps=30.0)  # a frame every 33 ms: faster than the model
+    assert feature._on_drop([str(clip)]) == []
+    assert feature.playing
+    keys = host.parent.findChildren(QShortcut)
+    assert [k.key() for k in keys if k.isEnabled()] == [QKeySequence("Space")]
+    qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)
+    indices = [index for index, _, _ in shown]
+    assert indices and indices == sorted(set(indices))  # never an older frame, never one twice
+    assert len(indices) < 30 and max(b - a for a, b in zip([0, *indices], indices)) > 1  # frames were dropped
+    assert host.statuses[-1].startswith(f"End of {clip}: {len(indices)} frames shown, ")
+    # what the panels show is the frame: the run's input is that frame's pixels through the model's preprocessing
+    index, source, run_input = shown[-1]
+    assert frame_number(np.asarray(source.image)) == index
+    torch.testing.assert_close(run_input, workspace.loaded.preprocess.to_tensor(source.image))
+    assert workspace.image == source and workspace.last.image == source  # the last frame stays, as an image
+
+
+def test_space_freezes_the_frame_and_resumes_on_the_newest(feature, workspace, host, qtbot, shown, tmp_path):
+    clip = write_video(tmp_path / "clip.avi", frames=32, fps=4.0)  # 8 s: a loaded machine's first runs are slow
+    feature.open_video(clip)
+    qtbot.waitUntil(lambda: len(shown) >= 1, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    assert feature.playing, (host.errors, host.statuses, [s[0] for s in shown])
+    feature._freeze_key.activated.emit()  # Space
+    assert feature.frozen and "frozen" in host.statuses[-1]
+    frozen_on = len(shown)
+    qtbot.wait(1000)  # 4 frames play meanwhile
+    assert len(shown) == frozen_on  # nothing new on screen while frozen
+    # frozen, the frame is an image like any other: a tick runs on it again
+    with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
+        workspace.tick("layer2", "forward")
+    assert workspace.last.image == shown[-1][1]
+    feature.toggle_freeze()
+    assert not feature.frozen
+    qtbot.waitUntil(lambda: len(shown) > frozen_on + 1, timeout=RUN_TIMEOUT_MS)
+    # resumed on the newest frame, not on the ones that played while frozen
+    assert shown[frozen_on + 1][0] >= shown[frozen_on - 1][0] + 3
+    feature.stop()
+    assert not feature.playing and not any(k.isEnabled() for k in host.parent.findChildren(QShortcut))
+
+
+def test_a_truncated_video_shows_its_frames_then_one_error_and_the_results_stay(feature, workspace, host, qtbot,
+                                                                               shown, tmp_path):
+    cut = truncate(write_video(tmp_path / "whole.avi", frames=30, fps=100.0), tmp_path / "cut.avi")
+    feature.open_video(cut)
+    qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)
+    assert len(host.errors) == 1 and "truncated" in host.errors[0] and "\n" not in host.errors[0]
+    assert shown and workspace.last.image == shown[-1][1]  # the last frame's results stay on screen
+
+
+def test_a_file_that_is_not_a_video_is_one_error_and_nothing_changes(feature, workspace, host, tmp_path):
+    before = workspace.last
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("not a video\n" * 40)
+    assert not feature.open_video(notes)
+    assert host.errors == [f"Cannot read '{notes}': it is not a video file FFmpeg can open (not a video, truncated "
+                           "before its index, or damaged)."]  # fmt: skip
+    assert not feature.playing and workspace.last is before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or bool(glob.glob("/dev/video[0-9]*")),
+                    reason="this machine has a camera")  # fmt: skip
+def test_open_camera_on_a_machine_without_one_is_one_line(feature, host):
+    host.trigger("file.open_camera")
+    assert host.errors == ["No camera found: there is no /dev/video* device. Open a video file instead "
+                           "(File > Open video…)."]  # fmt: skip
+    assert not feature.playing
+
+
+def test_closing_stops_the_reader_thread(feature, tmp_path):
+    feature.open_video(write_video(tmp_path / "clip.avi", frames=30, fps=10.0))
+    stream = feature.stream
+    started = time.monotonic()
+    feature.shutdown()
+    assert time.monotonic() - started < 1.0
+    assert not stream._thread.is_alive() and stream.source.closed and not feature.playing
+
+
+def test_in_the_window_a_dropped_video_plays_and_closing_the_window_stops_it(window, qtbot, tmp_path):
+    clip = write_video(tmp_path / "clip.avi", frames=30, fps=3.0)  # 10 s: still playing when the window closes
+    live = window.features["live"]
+    assert window.menus.actions["file.open_video"].text() == "Open video…"
+    window.open_files([str(clip)])  # as a drop of the file does
+    assert live.playing
+    stream = live.stream
+    qtbot.waitUntil(lambda: window.workspace.image.name.startswith("clip.avi · frame "), timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    assert "clip.avi · frame " in window.windowTitle()
+    window.close()
+    assert not live.playing and not stream._thread.is_alive() and stream.source.closed
