@@ -307,6 +307,8 @@ class LatestFrame:
     ``paced``: a file's frames are released at their own times (as a camera gives them), so a slow consumer drops
     frames; a camera paces itself. ``lossless``: the reader waits until the consumer took a frame before putting
     the next one (every frame is processed, the next one decoded meanwhile); for a file run as fast as it can go.
+    ``pause`` holds a file where it is (nothing is read), ``step`` then reads one frame at a time, and ``resume``
+    plays on from the last frame put, at the file's own spacing.
     A context manager: closing stops the thread and releases the source.
     """
 
@@ -325,6 +327,12 @@ class LatestFrame:
         self._ended = False
         self._error: BaseException | None = None
         self._stop = threading.Event()
+        self._paused = False
+        self._resumed = False  # a pause ended: the reader moves its clock on (``_after_pause``)
+        self._steps = 0  # frames to read while paused
+        self._stepping = False
+        self._played = 0.0  # the stream time of the last frame put
+        self._anchor = time.monotonic()
         self._started_at = time.monotonic()
         self._last_read_at = self._started_at
         self._thread = threading.Thread(target=self._read_all, name=f"video reader: {source.info.name}", daemon=True)
@@ -337,10 +345,10 @@ class LatestFrame:
         return (self.read_count - 1) / elapsed if self.read_count > 1 and elapsed > 0 else 0.0
 
     def _read_all(self) -> None:
-        start = time.monotonic()
         offset = 0.0  # the time of the frames already played, when a file loops
+        self._anchor = time.monotonic()  # the wall time of the stream's time 0 (moved on by a pause)
         try:
-            while not self._stop.is_set():
+            while self._next_turn():
                 frame = self.source.read()
                 if frame is None and self.loop and self.source.frames_read:
                     offset += self.source.frames_read / (self.source.info.fps or 25.0)
@@ -349,11 +357,9 @@ class LatestFrame:
                     frame = self.source.read()
                 if frame is None:
                     break
-                if self.paced:
-                    # Wait for the frame's time on the wall clock; the stop event wakes it at once on close.
-                    due = start + offset + frame.time_s
-                    if self._stop.wait(max(0.0, due - time.monotonic())):
-                        break
+                if self.paced and not self._stepping and not self._wait_for_time(offset + frame.time_s):
+                    break
+                self._played = offset + frame.time_s
                 self._put(frame)
         except BaseException as error:  # a truncated file, a camera unplugged: given to the consumer, in order
             with self._lock:
@@ -363,6 +369,70 @@ class LatestFrame:
             with self._lock:
                 self._ended = True
                 self._lock.notify_all()
+
+    def _next_turn(self) -> bool:
+        """Whether to read the next frame: at once while playing; while paused, only for a ``step``. False once
+        closing."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._stop.is_set() or not self._paused or self._steps > 0)
+            self._stepping = self._paused and self._steps > 0
+            if self._stepping:
+                self._steps -= 1
+            self._after_pause()
+            return not self._stop.is_set()
+
+    def _wait_for_time(self, when: float) -> bool:
+        """Wait until the stream time ``when`` on the wall clock (a pause holds the clock); False once closing."""
+        with self._lock:
+            while not self._stop.is_set():
+                if self._paused:  # the frame read before the pause waits for a step or the resume
+                    self._lock.wait_for(lambda: self._stop.is_set() or not self._paused or self._steps > 0)
+                    if self._paused and self._steps > 0:
+                        self._steps -= 1
+                        return True
+                    self._after_pause()
+                    continue
+                remaining = self._anchor + when - time.monotonic()
+                if remaining <= 0:
+                    return True
+                self._lock.wait(remaining)
+            return False
+
+    def _after_pause(self) -> None:
+        """After a pause (and the frames stepped through in it), play on from the last frame put, not from where
+        the wall clock would have got to: the frames that follow keep their spacing. Called with the lock held."""
+        if self._resumed:
+            self._resumed = False
+            self._anchor = time.monotonic() - self._played
+
+    def pause(self) -> None:
+        """Hold a file where it is (frozen): no frame is read until ``resume``, except one per ``step``."""
+        with self._lock:
+            self._paused = True
+            self._lock.notify_all()
+
+    def resume(self) -> None:
+        with self._lock:
+            if self._paused:
+                self._paused, self._resumed, self._steps = False, True, 0
+                self._lock.notify_all()
+
+    def step(self) -> None:
+        """While paused: read the next frame and put it, at once."""
+        with self._lock:
+            if self._paused:
+                self._steps += 1
+                self._lock.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def holds_frame(self) -> bool:
+        """Whether a frame is waiting in the mailbox (``take`` would return it at once)."""
+        with self._lock:
+            return self._slot is not None
 
     def _put(self, frame: Frame) -> None:
         with self._lock:

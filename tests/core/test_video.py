@@ -174,3 +174,27 @@ def test_frame_ranges_are_python_slices():
     for bad in ("7:3", "-1:4", "a:b", "4:4"):
         with pytest.raises(argparse.ArgumentTypeError):
             frame_range(bad)
+
+
+def test_pause_holds_a_file_step_reads_one_frame_and_resume_plays_on_from_there(videos):
+    with LatestFrame(open_video(videos["fast"]), paced=True) as stream:  # 32 frames at 50 fps
+        first = stream.take(timeout=5)
+        stream.pause()
+        time.sleep(0.05)  # a frame already read may still be put; then nothing
+        held = stream.read_count
+        time.sleep(0.3)  # 15 frames' time
+        assert stream.read_count == held and stream.paused
+        newest = stream.take(timeout=0) or first
+        stream.step()
+        stepped = stream.take(timeout=5)
+        assert stepped.index == newest.index + 1 and frame_number(stepped.rgb) == stepped.index
+        stream.step()
+        assert stream.take(timeout=5).index == stepped.index + 1  # the next one again, not the newest in time
+        time.sleep(0.2)
+        assert stream.read_count == held + 2  # still holding after the steps
+        stream.resume()
+        resumed_at = time.monotonic()
+        after = stream.take(timeout=5)
+        assert after.index == stepped.index + 2  # on from where it was, not 25 frames later
+        time.sleep(0.1)  # 5 frames' time: played at the file's spacing, not all at once
+        assert stream.read_count - (held + 3) <= 5 + int((time.monotonic() - resumed_at - 0.1) * 50) + 2

@@ -41,8 +41,9 @@ def shown(workspace):
 
 
 def test_it_contributes_file_menu_entries_and_a_drop_handler(feature, host, tmp_path):
-    assert [host.actions[i].title for i in ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_stop")] \
-        == ["Open video…", "Open camera…", "Freeze / resume the video (Space)", "Close the video or camera"]
+    ids = ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_next_frame", "file.live_stop")
+    assert [host.actions[i].title for i in ids] == ["Open video…", "Open camera…", "Freeze / resume the video (Space)",
+                                                    "Next frame of the video (.)", "Close the video or camera"]
     assert all(host.actions[i].menu == "File" for i in ("file.open_video", "file.open_camera"))
     assert host.drop_handlers == [feature._on_drop]
     assert feature._on_drop([str(tmp_path / "a.png"), str(tmp_path / "b.txt")]) == [str(tmp_path / "a.png"),
@@ -57,7 +58,7 @@ def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(feature
     assert feature._on_drop([str(clip)]) == []
     assert feature.playing
     keys = host.parent.findChildren(QShortcut)
-    assert [k.key() for k in keys if k.isEnabled()] == [QKeySequence("Space")]
+    assert [k.key() for k in keys if k.isEnabled()] == [QKeySequence("Space"), QKeySequence(".")]
     qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)
     indices = [index for index, _, _ in shown]
     assert indices and indices == sorted(set(indices))  # never an older frame, never one twice
@@ -70,26 +71,37 @@ def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(feature
     assert workspace.image == source and workspace.last.image == source  # the last frame stays, as an image
 
 
-def test_space_freezes_the_frame_and_resumes_on_the_newest(feature, workspace, host, qtbot, shown, tmp_path):
+def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_there(feature, workspace, host, qtbot,
+                                                                                     shown, tmp_path):
     clip = write_video(tmp_path / "clip.avi", frames=32, fps=4.0)  # 8 s: a loaded machine's first runs are slow
     feature.open_video(clip)
     qtbot.waitUntil(lambda: len(shown) >= 1, timeout=RUN_TIMEOUT_MS)
     qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
-    assert feature.playing, (host.errors, host.statuses, [s[0] for s in shown])
-    feature._freeze_key.activated.emit()  # Space
-    assert feature.frozen and "frozen" in host.statuses[-1]
+    assert feature.playing, (host.errors, host.statuses)
+    space, dot = feature._keys
+    space.activated.emit()
+    assert feature.frozen and feature.stream.paused
+    assert host.statuses[-1].endswith("frozen on this frame ('.' steps to the next frame, Space resumes).")
     frozen_on = len(shown)
-    qtbot.wait(1000)  # 4 frames play meanwhile
+    qtbot.wait(2000)  # 8 frames' time: the file waits
     assert len(shown) == frozen_on  # nothing new on screen while frozen
     # frozen, the frame is an image like any other: a tick runs on it again
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         workspace.tick("layer2", "forward")
-    assert workspace.last.image == shown[-1][1]
-    feature.toggle_freeze()
-    assert not feature.frozen
-    qtbot.waitUntil(lambda: len(shown) > frozen_on + 1, timeout=RUN_TIMEOUT_MS)
-    # resumed on the newest frame, not on the ones that played while frozen
-    assert shown[frozen_on + 1][0] >= shown[frozen_on - 1][0] + 3
+    assert workspace.last.image == shown[-1][1] and len(shown) == frozen_on + 1
+    for _ in range(2):  # '.' shows the next frame, still frozen
+        count = len(shown)
+        dot.activated.emit()
+        qtbot.waitUntil(lambda c=count: len(shown) > c, timeout=RUN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+        assert feature.frozen and len(shown) == count + 1
+    first_step, second_step = shown[-2][0], shown[-1][0]
+    assert first_step > shown[frozen_on - 1][0] and second_step == first_step + 1  # one frame at a time
+    space.activated.emit()
+    assert not feature.frozen and not feature.stream.paused
+    qtbot.waitUntil(lambda: len(shown) > frozen_on + 3, timeout=RUN_TIMEOUT_MS)
+    # resumed from where it was: the file waited (played on, it would be 8+ frames past the frozen one by now)
+    assert second_step < shown[frozen_on + 3][0] <= second_step + 4
     feature.stop()
     assert not feature.playing and not any(k.isEnabled() for k in host.parent.findChildren(QShortcut))
 

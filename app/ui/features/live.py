@@ -60,7 +60,8 @@ class LiveFeature(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._pump)
-        self._freeze_key: QShortcut | None = None
+        self._keys: list[QShortcut] = []  # Space and '.', only while a source is open
+        self._step_wanted = False
         host.add_actions(self._action_specs())
         host.add_drop_handler(self._on_drop)
         workspace.run_applied.connect(self._on_run_applied)
@@ -73,6 +74,8 @@ class LiveFeature(QObject):
                        tooltip="Run a camera's frames through the hooks"),
             ActionSpec("file.live_freeze", "Freeze / resume the video (Space)", "File", self.toggle_freeze, group=16,
                        order=30, tooltip="Keep the frame on screen to work on it as on an image; again to resume"),
+            ActionSpec("file.live_next_frame", "Next frame of the video (.)", "File", self.next_frame, group=16,
+                       order=35, tooltip="Freeze the video and show its next frame; again for the one after"),
             ActionSpec("file.live_stop", "Close the video or camera", "File", self.stop, group=16, order=40,
                        tooltip="Stop the video or camera; the last frame's results stay"),
         ]  # fmt: skip
@@ -126,22 +129,39 @@ class LiveFeature(QObject):
             self.open_camera(cameras[choice].index)
 
     def toggle_freeze(self) -> None:
-        """Freeze the frame on screen, or resume; the source plays on meanwhile (a camera cannot wait)."""
+        """Freeze the frame on screen, or resume. A file waits where it is (and resumes from there); a camera
+        cannot wait: it runs on, and resuming shows its newest frame."""
         if self.stream is None:
             self.host.show_status("No video or camera is open (File > Open video…).", 4000)
             return
         self.frozen = not self.frozen
+        self._step_wanted = False
+        is_file = self.stream.source.info.kind == "video"
+        if is_file:
+            (self.stream.pause if self.frozen else self.stream.resume)()
         name = self.stream.source.info.name
-        self.host.show_status(f"{name}: frozen on this frame (Space resumes)." if self.frozen
+        steps = "'.' steps to the next frame, " if is_file else ""
+        self.host.show_status(f"{name}: frozen on this frame ({steps}Space resumes)." if self.frozen
                               else f"{name}: playing.", 4000)  # fmt: skip
+
+    def next_frame(self) -> None:
+        """While a video is frozen: show its next frame (frozen on it)."""
+        if self.stream is None or self.stream.source.info.kind != "video":
+            self.host.show_status("Frame stepping is for a video file (File > Open video…).", 4000)
+            return
+        if not self.frozen:
+            self.toggle_freeze()
+        self._step_wanted = True
+        if not self.stream.holds_frame:  # else the frame read last before the freeze comes first
+            self.stream.step()
 
     def stop(self) -> None:
         """Close the source; the last frame's results stay on screen."""
         self._timer.stop()
-        if self._freeze_key is not None:
-            self._freeze_key.setEnabled(False)
-            self._freeze_key.deleteLater()
-            self._freeze_key = None
+        for key in self._keys:
+            key.setEnabled(False)
+            key.deleteLater()
+        self._keys = []
         if self.stream is not None:
             self.stream.close()
             self.stream = None
@@ -157,16 +177,19 @@ class LiveFeature(QObject):
         self.shown = self._shown_at_rates = 0
         self._rates_at = time.monotonic()
         self._asked = None
-        self._freeze_key = QShortcut(QKeySequence(Qt.Key.Key_Space), self.host.dialog_parent())
-        self._freeze_key.setContext(Qt.ShortcutContext.WindowShortcut)
-        self._freeze_key.activated.connect(self.toggle_freeze)
+        for key, action in ((Qt.Key.Key_Space, self.toggle_freeze), (Qt.Key.Key_Period, self.next_frame)):
+            shortcut = QShortcut(QKeySequence(key), self.host.dialog_parent())
+            shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
+            shortcut.activated.connect(action)
+            self._keys.append(shortcut)
         self._timer.start()
         self.host.show_status(f"Playing {source.info.describe()}; Space freezes the frame.", 4000)
 
     def _pump(self) -> None:
         """Ask for the newest frame when no run is in flight: a busy model makes the source drop frames."""
         stream = self.stream
-        if stream is None or self.frozen or self.workspace.scheduler.busy or self.workspace.loading:
+        if stream is None or (self.frozen and not self._step_wanted) or self.workspace.scheduler.busy \
+                or self.workspace.loading:
             return
         try:
             frame = stream.take(timeout=0)
@@ -180,6 +203,7 @@ class LiveFeature(QObject):
                 self.stop()
                 self.host.show_status(f"End of {name}: {self.shown} frames shown, {stream.dropped} dropped.", 8000)
             return
+        self._step_wanted = False
         name = stream.source.info.name
         self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb))
         self.workspace.request_image(self._asked)
