@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, QSize, Qt, QThreadPool, Signal
+from PySide6.QtCore import QObject, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -41,7 +41,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from superqt.utils import create_worker
 
 from app.core.batch import find_images
 from app.core.errors import HookscopeError
@@ -55,7 +54,7 @@ from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import LoadOutcome
-from app.ui.state.worker import Job
+from app.ui.state.worker import Job, PoolWorker, start_worker
 from app.ui.state.workspace import Workspace, error_text
 
 FEATURE_ID = "scan"
@@ -81,10 +80,10 @@ class _Background:
             finally:
                 self.ended.set()
 
-        self.worker = create_worker(run, _start_thread=False, _ignore_errors=True)
+        self.worker = PoolWorker(run)
         self.worker.returned.connect(returned)
         self.worker.errored.connect(errored)
-        QThreadPool.globalInstance().start(self.worker)
+        start_worker(self.worker)  # freed on the GUI thread once its pool thread is done with it
 
 
 class ScanFeature(QObject):

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
-from superqt.utils import FunctionWorker, create_worker
+from superqt.utils import FunctionWorker
 
 from app.core.devices import available_devices
 from app.core.errors import HookscopeError
@@ -47,6 +47,7 @@ from app.ui.dialogs.trust_dialog import ask_trust
 from app.ui.host import Host
 from app.ui.state.requests import ImageSource, LoadOutcome
 from app.ui.state.settings import app_settings
+from app.ui.state.worker import PoolWorker, start_worker
 from app.ui.state.workspace import Workspace
 from app.ui.words import window_words
 
@@ -348,13 +349,12 @@ class SessionFilesFeature(QObject):
         kinds = tuple(kind for kind in KNOWN_KINDS if kind in ticked)
         default = space.default_settings
         image = outcome.image.path or outcome.image.name
-        worker = create_worker(write_run, outcome.result, loaded, Path(folder), image=image, kinds=kinds, png=True,
-                               colormap=default.colormap, scaling=default.scaling,
-                               _start_thread=False, _ignore_errors=True)
+        worker = PoolWorker(write_run, outcome.result, loaded, Path(folder), image=image, kinds=kinds, png=True,
+                            colormap=default.colormap, scaling=default.scaling)
         worker.returned.connect(lambda *_: self._on_exported(str(folder)))
         worker.errored.connect(self._on_export_failed)
         self._export_worker = worker
-        QThreadPool.globalInstance().start(worker)
+        start_worker(worker)  # freed on the GUI thread once its pool thread is done with it
         self.host.show_status(f"Exporting the run to {folder}…", 0)
         return True
 

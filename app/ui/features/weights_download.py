@@ -17,14 +17,15 @@ from __future__ import annotations
 import re
 
 import torchvision
-from PySide6.QtCore import QObject, Qt, QThreadPool, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QVBoxLayout
-from superqt.utils import FunctionWorker, create_worker
+from superqt.utils import FunctionWorker
 
 from app.core.models import TIMM_PREFIX, LoadedModel, default_weights_file
 from app.core.weights import WEIGHTS_URL_ENV, DownloadCancelled, checkpoints_dir, download_weights, is_cached
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
+from app.ui.state.worker import PoolWorker, start_worker
 from app.ui.state.workspace import RunFailure, Workspace
 
 # Catalogue names in the words of the papers: "resnet18" -> "ResNet-18", "squeezenet1_1" -> "SqueezeNet 1.1".
@@ -241,12 +242,11 @@ class WeightsDownloadFeature(QObject):
         self.cancel_button.setEnabled(True)
         self.transfer.setText("connecting…")
         self.transfer.setVisible(True)
-        worker = create_worker(download_weights, name, progress=self.progressed.emit,
-                               cancelled=lambda: self._cancel, _start_thread=False, _ignore_errors=True)
+        worker = PoolWorker(download_weights, name, progress=self.progressed.emit, cancelled=lambda: self._cancel)
         worker.returned.connect(self._on_done)
         worker.errored.connect(self._on_error)
         self._worker = worker
-        QThreadPool.globalInstance().start(worker)
+        start_worker(worker)  # freed on the GUI thread once its pool thread is done with it
         self.host.show_status(f"Downloading {name}'s weights…", 5000)
 
     def cancel(self) -> None:

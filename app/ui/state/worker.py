@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyqtgraph.util.garbage_collector import GarbageCollector
-from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
-from superqt.utils import FunctionWorker, create_worker
+from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
+from shiboken6 import Shiboken
+from superqt.utils import FunctionWorker
 
 _collector: GarbageCollector | None = None
 CLOSE_WAIT_MS = 1200  # how long a closing window waits for its workers: the window is gone within 2 s regardless
@@ -39,6 +40,100 @@ def collect_garbage_on_gui_thread() -> None:
     if _collector is None:
         gc.freeze()
         _collector = GarbageCollector(interval=0.5)
+
+
+class PoolWorker(FunctionWorker):
+    """superqt's ``FunctionWorker`` without its warnings redirection, started by ``start_worker`` only.
+
+    superqt's ``run`` wraps the work in ``warnings.catch_warnings()`` and sets the process-wide
+    ``warnings.showwarning`` to a lambda that holds the worker. That state is global, not per thread: two workers
+    that overlap (a run and a scan, the pictures of a scroll, an abandoned load) restore each other's values out of
+    order, and a finished worker's lambda stays installed for good, keeping the worker, its work and everything that
+    work holds (a copy of a model) alive. Warnings of a worker here go to stderr like any other."""
+
+    def run(self) -> None:  # on a pool thread
+        self.started.emit()
+        self._running = True
+        try:
+            result = self.work()
+            if not self.abort_requested:
+                self.returned.emit(result)
+        except Exception as exc:  # noqa: BLE001  (it goes to the errored signal, as superqt's run does)
+            self.errored.emit(exc)
+        self._running = False
+        self.finished.emit()
+
+    def empty(self) -> None:
+        """On the GUI thread, once the pool is done with this worker: drop the work and what it was given, and
+        delete the signals object (after the signals already on their way: ``deleteLater``)."""
+        self._func, self._args, self._kwargs = _done, (), {}
+        self.signals.deleteLater()
+
+
+def _done() -> None:
+    """What an emptied worker would run (never: it has run already)."""
+
+
+class _WorkerKeeper(QObject):
+    """Holds every started worker until its pool thread is done with it, then lets go of it on the GUI thread.
+
+    The pool thread's own references to a worker (its ``run`` frame, and the C++ ownership PySide hands to the
+    pool) used to go last, after ``finished`` had been delivered: whoever dropped a finished worker on the GUI
+    thread (the runner's relay, a feature's slot) was usually not its last holder, and the worker was then freed on
+    the pool thread, its signals ``QObject`` (a GUI-thread object, connected to GUI-thread receivers) with it. Qt
+    objects must die in their own thread: a pool thread tearing down those connections while the GUI thread
+    deleted the receiving relay (``deleteLater``) crashed the process (a segfault in ``QObject::~QObject`` on both
+    threads at once; tests/ui/test_worker_lifetime.py).
+
+    The pool is done with a worker once it has deleted the C++ runnable (after ``run`` returned): from then on no
+    pool thread touches it. PySide does not always give back the reference it handed the pool (about one worker in
+    ten here), so the keeper does not wait for the count to fall: it empties the worker (its function and
+    arguments: a run's request, a scan's copy of a model) and deletes its signals object on this thread, so that
+    nothing the worker held can be freed on another."""
+
+    SWEEP_MS = 100
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workers: set[PoolWorker] = set()
+        self.timer = QTimer(self)
+        self.timer.setInterval(self.SWEEP_MS)
+        self.timer.timeout.connect(self.sweep)
+
+    def keep(self, worker: PoolWorker) -> None:
+        self.workers.add(worker)
+        if not self.timer.isActive():
+            self.timer.start()
+
+    def sweep(self) -> None:
+        done = [worker for worker in self.workers if not Shiboken.isValid(worker)]  # the pool deleted it
+        for worker in done:
+            self.workers.discard(worker)
+            worker.empty()
+        del done  # the last references usually go here, on the GUI thread
+        if not self.workers:
+            self.timer.stop()
+
+
+_keeper: _WorkerKeeper | None = None
+
+
+def start_worker(worker: PoolWorker) -> PoolWorker:
+    """Start ``worker`` on the global thread pool (from the GUI thread), and free what it holds on the GUI thread
+    once its pool thread is done with it (see ``_WorkerKeeper``). Connect its signals before calling this."""
+    global _keeper
+    if _keeper is None:
+        _keeper = _WorkerKeeper()
+    _keeper.keep(worker)
+    # Straight onto the pool (not worker.start(), which may defer the start by a timer): a window that closes
+    # right after submitting must find the thread in the pool to wait for it.
+    QThreadPool.globalInstance().start(worker)
+    return worker
+
+
+def workers_kept() -> int:
+    """Started workers not yet freed (running, or finished and waiting for the GUI thread's sweep)."""
+    return len(_keeper.workers) if _keeper is not None else 0
 
 
 @dataclass(frozen=True)
@@ -154,11 +249,9 @@ class JobRunner(QObject):
 
     # ---- internals ----------------------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
-        worker = create_worker(job.work, _start_thread=False, _ignore_errors=True)
+        worker = PoolWorker(job.work)
         self._running = _Relay(self, job, worker)
-        # Straight onto the pool (not worker.start(), which may defer the start by a timer): a window that
-        # closes right after submitting must find the thread in the pool to wait for it.
-        QThreadPool.globalInstance().start(worker)
+        start_worker(worker)
 
     def _abandon(self, relay: _Relay) -> None:
         relay.worker.quit()  # superqt then drops its return value
