@@ -79,17 +79,36 @@ def build_live_parser() -> argparse.ArgumentParser:
     parser.add_argument("--loop", action="store_true", help="play the file again from the start when it ends")
     parser.add_argument("--bare-runs", type=_positive, default=5, metavar="K",
                         help="runs of the model alone before and after the hooked frames (default: 5)")  # fmt: skip
+    parser.add_argument(
+        "--record", metavar="OUT.mp4",
+        help="write what was seen as a video (.mp4 or .avi): the input as the model sees it with --record-layer's "
+        "panel beside it, each picture held until the next processed frame, at the source's frame rate",
+    )  # fmt: skip
+    parser.add_argument("--record-layer", metavar="PATH",
+                        help="the module whose panel --record shows (default: the first of --layers)")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
+
+
+def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
+    """--record's module and hook kind (activations when they are hooked, else the first kind)."""
+    from app.cli import _csv
+
+    layer = args.record_layer or (_csv(args.layers)[0] if args.layers != "all" and _csv(args.layers) else None)
+    if layer is None:
+        raise HookscopeError("--record with --layers all needs --record-layer PATH: the module whose panel to show.")
+    if args.layers != "all" and layer not in _csv(args.layers):
+        raise HookscopeError(f"--record-layer {layer} is not one of --layers; hook it too.")
+    return layer, "forward" if "forward" in args.hooks else args.hooks[0]
 
 
 def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
     from app.cli import load_for_cli, register_for_cli
     from app.core.devices import resolve_device
-    from app.core.live import live_run
+    from app.core.live import live_run, seen_picture
     from app.core.termination import SIGTERM_EXIT, sigterm_raises
-    from app.core.video import list_cameras, no_camera_line, open_camera, open_video
+    from app.core.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
 
     if args.list_cameras:
         cameras = list_cameras()
@@ -102,20 +121,35 @@ def run_live(args: argparse.Namespace) -> int:
         raise HookscopeError("--loop goes with --video (a camera does not end).")
     if args.unpaced and args.camera is not None:
         raise HookscopeError("--unpaced goes with --video (a camera gives frames at its own rate).")
+    if (args.record_layer or args.record) and not args.record:
+        raise HookscopeError("--record-layer goes with --record OUT.mp4.")
     resolve_device(args.device)
     source = open_video(args.video) if args.video else open_camera(args.camera)  # a bad file fails before the model
     source.close()
+    recorder = None
+    if args.record:
+        panel = _record_panel(args)
+        recorder = VideoRecorder(args.record, source.info.fps or 25.0)  # a bad file name fails before the model too
     loaded = load_for_cli(args)
 
     def register(registry) -> None:
         register_for_cli(registry, args, loaded.preprocess)
 
     source = open_video(args.video) if args.video else open_camera(args.camera)
-    with sigterm_raises():  # kill PID stops the run as Ctrl-C does: the hooks go, the rates so far are printed
-        report = live_run(loaded, source, register, frames=args.frames, paced=not args.unpaced, loop=args.loop,
-                          device=args.device, target=args.target, bare_runs=args.bare_runs,
-                          on_start=lambda: print(f"hookscope: playing {source.info.name} through the hooks; Ctrl-C "
-                                                 "stops", file=sys.stderr, flush=True))  # fmt: skip
+
+    def record(frame, result) -> None:
+        recorder.add(frame.index, seen_picture(loaded, result, *panel))
+
+    try:
+        with sigterm_raises():  # kill PID stops the run as Ctrl-C does: the hooks go, the rates so far are printed
+            report = live_run(loaded, source, register, frames=args.frames, paced=not args.unpaced, loop=args.loop,
+                              device=args.device, target=args.target, bare_runs=args.bare_runs,
+                              on_result=record if recorder is not None else None,
+                              on_start=lambda: print(f"hookscope: playing {source.info.name} through the hooks; "
+                                                     "Ctrl-C stops", file=sys.stderr, flush=True))  # fmt: skip
+    finally:
+        if recorder is not None:
+            recorder.close()  # what was recorded is a playable file, however the run ended
     info = source.info
     mode = "as fast as the model takes them" if args.unpaced else "at its own rate"
     size = "x".join(map(str, report.input_shape[-2:])) or "?"
@@ -132,6 +166,9 @@ def run_live(args: argparse.Namespace) -> int:
             f"processed/model {report.ratio:.3f}; hooked forward+backward median "
             f"{statistics.median(report.hooked_ms):.1f} ms{memory}"
         )
+    if recorder is not None and recorder.frames_written:
+        print(f"recorded {recorder.frames_written} pictures ({recorder.frames_written / recorder.fps:.1f} s at "
+              f"{recorder.fps:g} fps) of {panel[0]} ({panel[1]}) -> {recorder.path}")  # fmt: skip
     if report.error is not None:
         raise report.error
     if report.ended_by in ("Ctrl-C", "SIGTERM"):

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -82,6 +83,24 @@ def _rss_mb() -> float | None:
 def frame_input(loaded: LoadedModel, frame: Frame) -> torch.Tensor:
     """The (1, C, H, W) tensor the model takes for a frame: the model's own preprocessing, as for an image file."""
     return loaded.preprocess.to_tensor(Image.fromarray(frame.rgb))
+
+
+def seen_picture(loaded: LoadedModel, result: RunResult, path: str, kind: str = "forward") -> np.ndarray:
+    """What the screen shows of a run, as one RGB picture: the input as the model sees it, and beside it the mosaic
+    of ``path``'s ``kind`` record (its first call) through viridis, scaled to the input's height."""
+    from app.core.export import picture_image, record_picture
+    from app.core.resources import apply_colormap
+
+    shown = loaded.preprocess.to_display(result.input)
+    record = next((r for r in result.records if r.path == path and r.kind == kind), None)
+    if record is None:
+        return shown
+    panel = Image.fromarray(apply_colormap(picture_image(record_picture(record)), "viridis"))
+    height = shown.shape[0]
+    width = max(1, round(panel.width * height / panel.height))
+    panel = np.asarray(panel.resize((width, height), Image.Resampling.NEAREST))
+    gap = np.zeros((height, 4, 3), np.uint8)
+    return np.ascontiguousarray(np.concatenate([shown, gap, panel], axis=1))
 
 
 def _sync(dev: torch.device) -> None:

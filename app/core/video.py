@@ -488,3 +488,69 @@ class LatestFrame:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class VideoRecorder:
+    """Writes what was seen as a video file: one picture per source frame, so that it plays at the source's pace.
+
+    ``add(index, rgb)`` gives the picture shown from source frame ``index`` on; a frame the model had no time for
+    (dropped) repeats the picture before it, as the screen did. MJPG for .avi, mp4v for .mp4 (both in OpenCV's
+    own FFmpeg). Pictures are padded to the first one's size rounded up to even numbers (codecs want them even).
+    """
+
+    CODECS = {".mp4": "mp4v", ".avi": "MJPG"}
+
+    def __init__(self, path: str | os.PathLike, fps: float) -> None:
+        suffix = os.path.splitext(os.fspath(path))[1].lower()
+        if suffix not in self.CODECS:
+            raise VideoError(f"Cannot record to '{_display(path)}': give a .mp4 or .avi file name.",
+                             path=os.fsdecode(path))  # fmt: skip
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise VideoError(f"Cannot record to '{_display(path)}': the folder '{folder}' does not exist.",
+                             path=os.fsdecode(path))  # fmt: skip
+        self.path = os.fsdecode(path)
+        self.fps = fps if fps > 0 else 25.0
+        self.frames_written = 0
+        self._cv2 = _cv2()
+        self._writer: Any = None
+        self._size: tuple[int, int] | None = None
+        self._last: tuple[int, np.ndarray] | None = None
+
+    def add(self, index: int, rgb: np.ndarray) -> None:
+        if self._last is not None:
+            last_index, last = self._last
+            for _ in range(max(1, index - last_index)):  # shown until this one came
+                self._write(last)
+        self._last = (index, rgb)
+
+    def close(self) -> None:
+        if self._last is not None:
+            self._write(self._last[1])
+            self._last = None
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+
+    def _write(self, rgb: np.ndarray) -> None:
+        if self._writer is None:
+            height, width = rgb.shape[:2]
+            self._size = (width + width % 2, height + height % 2)
+            fourcc = self._cv2.VideoWriter_fourcc(*self.CODECS[os.path.splitext(self.path)[1].lower()])
+            self._writer = self._cv2.VideoWriter(self.path, fourcc, self.fps, self._size)
+            if not self._writer.isOpened():
+                self._writer = None
+                raise VideoError(f"Cannot record to '{_display(self.path)}': OpenCV cannot write that file.",
+                                 path=self.path)  # fmt: skip
+        width, height = self._size or (0, 0)
+        canvas = np.zeros((height, width, 3), np.uint8)
+        h, w = min(height, rgb.shape[0]), min(width, rgb.shape[1])
+        canvas[:h, :w] = rgb[:h, :w]
+        self._writer.write(self._cv2.cvtColor(canvas, self._cv2.COLOR_RGB2BGR))
+        self.frames_written += 1
+
+    def __enter__(self) -> VideoRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

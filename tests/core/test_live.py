@@ -199,3 +199,22 @@ def test_export_video_of_a_truncated_file_writes_what_it_holds_and_exits_2(video
     assert done.stderr.count("\n") == 1 and "truncated" in done.stderr and "Traceback" not in done.stderr
     written = sorted(p.name for p in out.iterdir())
     assert written and all((out / name / "manifest.json").is_file() for name in written)
+
+
+def test_live_records_what_was_seen_as_a_video(videos, tmp_path):
+    out = tmp_path / "seen.avi"  # MJPG: a second lossy encoding that still keeps the frames' numbers apart
+    done = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer1,layer3", "--frames", "5",
+                     "--unpaced", "--bare-runs", "1", "--record", str(out), "--record-layer", "layer3")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"recorded 5 pictures (0.2 s at 25 fps) of layer3 (forward) -> {out}" in done.stdout
+    with open_video(out) as seen:
+        # the input as the model sees it (224x224), a 4-pixel gap, layer3's 256 channels (16x16 tiles of 14x14,
+        # 1-pixel gaps: 239x239) scaled to 224 high
+        assert (seen.info.width, seen.info.height, seen.info.frame_count) == (224 + 4 + 224, 224, 5)
+        numbers = [frame_number(frame.rgb[:, :224]) for frame in iter(seen.read, None)]
+    assert numbers == [1, 2, 3, 4, 5]  # frame 0 is the model-alone runs' and the survey's; these are the timed ones
+
+
+def test_live_record_refuses_a_bad_name_before_the_model(videos, tmp_path):
+    done = hookscope("live", "--video", str(videos["mp4"]), "--layers", "layer1", "--record", str(tmp_path / "a.gif"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "give a .mp4 or .avi" in done.stderr

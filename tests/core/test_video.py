@@ -198,3 +198,21 @@ def test_pause_holds_a_file_step_reads_one_frame_and_resume_plays_on_from_there(
         assert after.index == stepped.index + 2  # on from where it was, not 25 frames later
         time.sleep(0.1)  # 5 frames' time: played at the file's spacing, not all at once
         assert stream.read_count - (held + 3) <= 5 + int((time.monotonic() - resumed_at - 0.1) * 50) + 2
+
+
+def test_a_recording_holds_each_picture_until_the_next_one_came(tmp_path):
+    from app.core.video import VideoRecorder
+
+    red, blue = np.zeros((48, 63, 3), np.uint8), np.zeros((48, 63, 3), np.uint8)  # odd width: padded to even
+    red[..., 0], blue[..., 2] = 255, 255
+    with VideoRecorder(tmp_path / "seen.avi", fps=10) as recorder:
+        recorder.add(0, red)
+        recorder.add(3, blue)  # frames 1 and 2 were dropped: the screen showed red until frame 3
+    assert recorder.frames_written == 4
+    with open_video(tmp_path / "seen.avi") as seen:
+        assert (seen.info.width, seen.info.height, seen.info.fps) == (64, 48, 10)
+        colours = [int(np.argmax(frame.rgb[:, :60].reshape(-1, 3).mean(axis=0))) for frame in iter(seen.read, None)]
+    assert colours == [0, 0, 0, 2]  # red, red, red, blue
+    for bad, words in (("seen.gif", "give a .mp4 or .avi"), ("no/such/folder/seen.mp4", "does not exist")):
+        with pytest.raises(VideoError, match=words):
+            VideoRecorder(tmp_path / bad, fps=10)
