@@ -167,6 +167,16 @@ class VideoSource:
                                  f"frame {index} does not exist.", path=self.path)  # fmt: skip
             self._next_index += 1
 
+    def seek(self, index: int) -> None:
+        """Make the next ``read`` give frame ``index`` of a file: OpenCV's FFmpeg reader seeks to the key frame
+        before it and decodes up to it (exact for the formats the tests write: MJPG .avi, mp4v .mp4)."""
+        if self.info.kind != "video" or self._capture is None:
+            raise VideoError(f"{self.info.name} cannot seek (only a video file can).")
+        last = (self.info.frame_count or index + 1) - 1
+        index = max(0, min(int(index), last))
+        self._capture.set(self._cv2.CAP_PROP_POS_FRAMES, index)
+        self._next_index = index
+
     def close(self) -> None:
         if self._capture is not None:
             self._capture.release()
@@ -307,8 +317,8 @@ class LatestFrame:
     ``paced``: a file's frames are released at their own times (as a camera gives them), so a slow consumer drops
     frames; a camera paces itself. ``lossless``: the reader waits until the consumer took a frame before putting
     the next one (every frame is processed, the next one decoded meanwhile); for a file run as fast as it can go.
-    ``pause`` holds a file where it is (nothing is read), ``step`` then reads one frame at a time, and ``resume``
-    plays on from the last frame put, at the file's own spacing.
+    ``pause`` holds a file where it is (nothing is read), ``step`` then reads one frame at a time, ``seek`` puts
+    any frame, and ``resume`` plays on from the last frame put, at the file's own spacing.
     A context manager: closing stops the thread and releases the source.
     """
 
@@ -330,6 +340,7 @@ class LatestFrame:
         self._paused = False
         self._resumed = False  # a pause ended: the reader moves its clock on (``_after_pause``)
         self._steps = 0  # frames to read while paused
+        self._seek_to: int | None = None  # a frame asked for while paused
         self._stepping = False
         self._played = 0.0  # the stream time of the last frame put
         self._anchor = time.monotonic()
@@ -349,6 +360,10 @@ class LatestFrame:
         self._anchor = time.monotonic()  # the wall time of the stream's time 0 (moved on by a pause)
         try:
             while self._next_turn():
+                with self._lock:
+                    seek, self._seek_to = self._seek_to, None
+                if seek is not None:
+                    self.source.seek(seek)
                 frame = self.source.read()
                 if frame is None and self.loop and self.source.frames_read:
                     offset += self.source.frames_read / (self.source.info.fps or 25.0)
@@ -357,8 +372,12 @@ class LatestFrame:
                     frame = self.source.read()
                 if frame is None:
                     break
-                if self.paced and not self._stepping and not self._wait_for_time(offset + frame.time_s):
-                    break
+                if self.paced and not self._stepping:
+                    turn = self._wait_for_time(offset + frame.time_s)
+                    if turn == "stop":
+                        break
+                    if turn == "seek":  # a frame read before a seek: the one asked for comes instead
+                        continue
                 self._played = offset + frame.time_s
                 self._put(frame)
         except BaseException as error:  # a truncated file, a camera unplugged: given to the consumer, in order
@@ -374,29 +393,36 @@ class LatestFrame:
         """Whether to read the next frame: at once while playing; while paused, only for a ``step``. False once
         closing."""
         with self._lock:
-            self._lock.wait_for(lambda: self._stop.is_set() or not self._paused or self._steps > 0)
-            self._stepping = self._paused and self._steps > 0
-            if self._stepping:
+            self._lock.wait_for(lambda: self._stop.is_set() or not self._paused or self._steps > 0
+                                or self._seek_to is not None)  # fmt: skip
+            self._stepping = self._paused and (self._steps > 0 or self._seek_to is not None)
+            if self._stepping and self._seek_to is None:
                 self._steps -= 1
             self._after_pause()
             return not self._stop.is_set()
 
-    def _wait_for_time(self, when: float) -> bool:
-        """Wait until the stream time ``when`` on the wall clock (a pause holds the clock); False once closing."""
+    def _wait_for_time(self, when: float) -> str:
+        """Wait until the stream time ``when`` on the wall clock (a pause holds the clock): "put" the frame then,
+        "seek" (drop it: a seek was asked for meanwhile) or "stop" (closing)."""
         with self._lock:
             while not self._stop.is_set():
-                if self._paused:  # the frame read before the pause waits for a step or the resume
-                    self._lock.wait_for(lambda: self._stop.is_set() or not self._paused or self._steps > 0)
+                if self._seek_to is not None:
+                    return "seek"
+                if self._paused:  # the frame read before the pause waits for a step, a seek or the resume
+                    self._lock.wait_for(lambda: self._stop.is_set() or not self._paused or self._steps > 0
+                                        or self._seek_to is not None)  # fmt: skip
+                    if self._seek_to is not None:
+                        continue
                     if self._paused and self._steps > 0:
                         self._steps -= 1
-                        return True
+                        return "put"
                     self._after_pause()
                     continue
                 remaining = self._anchor + when - time.monotonic()
                 if remaining <= 0:
-                    return True
+                    return "put"
                 self._lock.wait(remaining)
-            return False
+            return "stop"
 
     def _after_pause(self) -> None:
         """After a pause (and the frames stepped through in it), play on from the last frame put, not from where
@@ -415,6 +441,18 @@ class LatestFrame:
         with self._lock:
             if self._paused:
                 self._paused, self._resumed, self._steps = False, True, 0
+                self._lock.notify_all()
+
+    def seek(self, index: int) -> None:
+        """While paused, on a file: put frame ``index`` (clamped to the file), at once; a frame already waiting in
+        the mailbox is dropped. Playing on (``resume``) continues from it."""
+        if self.source.info.kind != "video":
+            raise VideoError(f"{self.source.info.name} cannot seek (only a video file can).")
+        with self._lock:
+            if self._paused:
+                self._seek_to = int(index)
+                self._steps = 0
+                self._slot = None
                 self._lock.notify_all()
 
     def step(self) -> None:

@@ -216,3 +216,23 @@ def test_a_recording_holds_each_picture_until_the_next_one_came(tmp_path):
     for bad, words in (("seen.gif", "give a .mp4 or .avi"), ("no/such/folder/seen.mp4", "does not exist")):
         with pytest.raises(VideoError, match=words):
             VideoRecorder(tmp_path / bad, fps=10)
+
+
+@pytest.mark.parametrize("kind", ["avi", "mp4"])
+def test_a_paused_file_seeks_to_any_frame_exactly_and_plays_on_from_there(videos, kind):
+    with LatestFrame(open_video(videos[kind]), paced=True) as stream:  # 30 frames at 25 fps
+        stream.take(timeout=5)
+        stream.pause()
+        for wanted in (20, 3, 29, 0, 13):
+            stream.seek(wanted)
+            frame = stream.take(timeout=5)
+            assert frame.index == wanted and frame_number(frame.rgb) == wanted  # the pixels are that frame's
+            assert frame.time_s == pytest.approx(wanted / 25)
+        stream.seek(99)  # past the end: the last frame
+        assert stream.take(timeout=5).index == 29
+        stream.seek(7)
+        assert stream.take(timeout=5).index == 7
+        stream.step()
+        assert stream.take(timeout=5).index == 8
+        stream.resume()
+        assert [stream.take(timeout=5).index for _ in range(3)] == [9, 10, 11]

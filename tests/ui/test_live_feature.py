@@ -41,9 +41,12 @@ def shown(workspace):
 
 
 def test_it_contributes_file_menu_entries_and_a_drop_handler(feature, host, tmp_path):
-    ids = ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_next_frame", "file.live_stop")
+    ids = ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_next_frame", "file.live_previous_frame",
+           "file.live_stop")
     assert [host.actions[i].title for i in ids] == ["Open video…", "Open camera…", "Freeze / resume the video (Space)",
-                                                    "Next frame of the video (.)", "Close the video or camera"]
+                                                    "Next frame of the video (.)", "Previous frame of the video (,)",
+                                                    "Close the video or camera"]
+    assert host.input_rows == [feature.bar] and not feature.bar.isVisibleTo(host.parent)  # shown for a video only
     assert all(host.actions[i].menu == "File" for i in ("file.open_video", "file.open_camera"))
     assert host.drop_handlers == [feature._on_drop]
     assert feature._on_drop([str(tmp_path / "a.png"), str(tmp_path / "b.txt")]) == [str(tmp_path / "a.png"),
@@ -58,7 +61,8 @@ def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(feature
     assert feature._on_drop([str(clip)]) == []
     assert feature.playing
     keys = host.parent.findChildren(QShortcut)
-    assert [k.key() for k in keys if k.isEnabled()] == [QKeySequence("Space"), QKeySequence(".")]
+    assert [k.key() for k in keys if k.isEnabled()] == [QKeySequence("Space"), QKeySequence("."), QKeySequence(",")]
+    assert feature.bar.isVisibleTo(host.parent) and feature.bar.slider.maximum() == 29
     qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)
     indices = [index for index, _, _ in shown]
     assert indices and indices == sorted(set(indices))  # never an older frame, never one twice
@@ -78,7 +82,7 @@ def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_th
     qtbot.waitUntil(lambda: len(shown) >= 1, timeout=RUN_TIMEOUT_MS)
     qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
     assert feature.playing, (host.errors, host.statuses)
-    space, dot = feature._keys
+    space, dot, _comma = feature._keys
     space.activated.emit()
     assert feature.frozen and feature.stream.paused
     assert host.statuses[-1].endswith("frozen on this frame ('.' steps to the next frame, Space resumes).")
@@ -104,6 +108,30 @@ def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_th
     assert second_step < shown[frozen_on + 3][0] <= second_step + 4
     feature.stop()
     assert not feature.playing and not any(k.isEnabled() for k in host.parent.findChildren(QShortcut))
+
+
+def test_the_slider_and_comma_go_to_any_frame_and_space_plays_on_from_there(feature, workspace, host, qtbot, shown,
+                                                                             tmp_path):
+    clip = write_video(tmp_path / "clip.mp4", frames=30, fps=2.0)  # 15 s: it never gets far by itself
+    feature.open_video(clip)
+    qtbot.waitUntil(lambda: len(shown) >= 1, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+
+    def then_shown(action) -> int:
+        count = len(shown)
+        action()
+        qtbot.waitUntil(lambda: len(shown) > count, timeout=RUN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+        index, source, run_input = shown[-1]
+        assert frame_number(np.asarray(source.image)) == index  # the pixels on screen are that frame's
+        return index
+
+    assert then_shown(lambda: feature.bar.slider.setValue(20)) == 20  # a drag of the slider
+    assert feature.frozen and feature.bar.label.text() == "frame 20 / 29"
+    assert then_shown(feature._keys[2].activated.emit) == 19  # ','
+    assert feature.bar.slider.value() == 19
+    assert then_shown(feature._keys[0].activated.emit) == 20  # Space: on from there, not from frame 1 or 2
+    assert not feature.frozen
 
 
 def test_a_truncated_video_shows_its_frames_then_one_error_and_the_results_stay(feature, workspace, host, qtbot,

@@ -20,7 +20,7 @@ import time
 from PIL import Image
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QFileDialog, QInputDialog
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QWidget
 
 from app.core.errors import HookscopeError
 from app.core.video import (
@@ -40,6 +40,29 @@ from app.ui.state.workspace import Workspace
 VIDEO_FILTER = "Videos (" + " ".join(f"*{suffix}" for suffix in sorted(VIDEO_SUFFIXES)) + ");;All files (*)"
 POLL_MS = 5  # how often the newest frame is looked for while no run is in flight
 RATES_EVERY_S = 1.0
+
+
+class VideoBar(QWidget):
+    """Under the input while a video file plays: a slider over its frames and which frame is on screen."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("videoBar")
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setToolTip("Drag to any frame of the video (it freezes there; Space plays on from it)")
+        self.label = QLabel("")
+        self.label.setObjectName("muted")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 0)
+        layout.addWidget(self.slider, 1)
+        layout.addWidget(self.label)
+        self.setVisible(False)
+
+    def show_frame(self, index: int, count: int | None) -> None:
+        self.slider.blockSignals(True)  # the video moved it: not a request to seek
+        self.slider.setValue(index)
+        self.slider.blockSignals(False)
+        self.label.setText(f"frame {index}" + (f" / {count - 1}" if count else ""))
 
 
 class LiveFeature(QObject):
@@ -62,6 +85,10 @@ class LiveFeature(QObject):
         self._timer.timeout.connect(self._pump)
         self._keys: list[QShortcut] = []  # Space and '.', only while a source is open
         self._step_wanted = False
+        self.current_index: int | None = None  # the frame asked for last
+        self.bar = VideoBar()
+        self.bar.slider.valueChanged.connect(self.seek)
+        host.add_input_row(self.bar)
         host.add_actions(self._action_specs())
         host.add_drop_handler(self._on_drop)
         workspace.run_applied.connect(self._on_run_applied)
@@ -76,6 +103,8 @@ class LiveFeature(QObject):
                        order=30, tooltip="Keep the frame on screen to work on it as on an image; again to resume"),
             ActionSpec("file.live_next_frame", "Next frame of the video (.)", "File", self.next_frame, group=16,
                        order=35, tooltip="Freeze the video and show its next frame; again for the one after"),
+            ActionSpec("file.live_previous_frame", "Previous frame of the video (,)", "File", self.previous_frame,
+                       group=16, order=36, tooltip="Freeze the video and show the frame before the one on screen"),
             ActionSpec("file.live_stop", "Close the video or camera", "File", self.stop, group=16, order=40,
                        tooltip="Stop the video or camera; the last frame's results stay"),
         ]  # fmt: skip
@@ -155,9 +184,24 @@ class LiveFeature(QObject):
         if not self.stream.holds_frame:  # else the frame read last before the freeze comes first
             self.stream.step()
 
+    def seek(self, index: int) -> None:
+        """Show frame ``index`` of the video (frozen on it; Space plays on from there)."""
+        if self.stream is None or self.stream.source.info.kind != "video":
+            self.host.show_status("Moving to a frame is for a video file (File > Open video…).", 4000)
+            return
+        if not self.frozen:
+            self.toggle_freeze()
+        self._step_wanted = True
+        self.stream.seek(index)
+
+    def previous_frame(self) -> None:
+        if self.current_index is not None:
+            self.seek(max(0, self.current_index - 1))
+
     def stop(self) -> None:
         """Close the source; the last frame's results stay on screen."""
         self._timer.stop()
+        self.bar.setVisible(False)
         for key in self._keys:
             key.setEnabled(False)
             key.deleteLater()
@@ -177,7 +221,18 @@ class LiveFeature(QObject):
         self.shown = self._shown_at_rates = 0
         self._rates_at = time.monotonic()
         self._asked = None
-        for key, action in ((Qt.Key.Key_Space, self.toggle_freeze), (Qt.Key.Key_Period, self.next_frame)):
+        keys = [(Qt.Key.Key_Space, self.toggle_freeze)]
+        if source.info.kind == "video":
+            keys += [(Qt.Key.Key_Period, self.next_frame), (Qt.Key.Key_Comma, self.previous_frame)]
+            count = source.info.frame_count
+            self.bar.slider.blockSignals(True)
+            self.bar.slider.setRange(0, max(0, (count or 1) - 1))
+            self.bar.slider.setValue(0)
+            self.bar.slider.blockSignals(False)
+            self.bar.label.setText("")
+            self.bar.setVisible(bool(count))  # a file of unknown length gets no slider
+        self.current_index = None
+        for key, action in keys:
             shortcut = QShortcut(QKeySequence(key), self.host.dialog_parent())
             shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
             shortcut.activated.connect(action)
@@ -204,6 +259,9 @@ class LiveFeature(QObject):
                 self.host.show_status(f"End of {name}: {self.shown} frames shown, {stream.dropped} dropped.", 8000)
             return
         self._step_wanted = False
+        self.current_index = frame.index
+        if stream.source.info.kind == "video":
+            self.bar.show_frame(frame.index, stream.source.info.frame_count)
         name = stream.source.info.name
         self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb))
         self.workspace.request_image(self._asked)
