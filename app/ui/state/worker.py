@@ -15,6 +15,7 @@ left to the process's end (``app.ui.app`` ends a process whose workers are stuck
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,6 +52,8 @@ class PoolWorker(FunctionWorker):
     order, and a finished worker's lambda stays installed for good, keeping the worker, its work and everything that
     work holds (a copy of a model) alive. Warnings of a worker here go to stderr like any other."""
 
+    ended = False  # run() has returned or is about to: set last, by the pool thread
+
     def run(self) -> None:  # on a pool thread
         self.started.emit()
         self._running = True
@@ -62,6 +65,7 @@ class PoolWorker(FunctionWorker):
             self.errored.emit(exc)
         self._running = False
         self.finished.emit()
+        self.ended = True
 
     def empty(self) -> None:
         """On the GUI thread, once the pool is done with this worker: drop the work and what it was given, and
@@ -75,23 +79,26 @@ def _done() -> None:
 
 
 class _WorkerKeeper(QObject):
-    """Holds every started worker until its pool thread is done with it, then lets go of it on the GUI thread.
+    """Holds every started worker until its pool thread is done with it, then frees it on the GUI thread.
 
-    The pool thread's own references to a worker (its ``run`` frame, and the C++ ownership PySide hands to the
-    pool) used to go last, after ``finished`` had been delivered: whoever dropped a finished worker on the GUI
-    thread (the runner's relay, a feature's slot) was usually not its last holder, and the worker was then freed on
-    the pool thread, its signals ``QObject`` (a GUI-thread object, connected to GUI-thread receivers) with it. Qt
-    objects must die in their own thread: a pool thread tearing down those connections while the GUI thread
-    deleted the receiving relay (``deleteLater``) crashed the process (a segfault in ``QObject::~QObject`` on both
-    threads at once; tests/ui/test_worker_lifetime.py).
+    A worker is a Python object over two Qt objects: the ``QRunnable`` and its signals ``QObject`` (a GUI-thread
+    object, connected to GUI-thread receivers). Left to themselves, both died on the pool thread: the pool deleted
+    the runnable there (auto-deletion), with PySide's binding bookkeeping for it, and a worker the GUI thread had
+    already let go of was freed there with its signals object. Qt and PySide objects must die in their own thread:
+    a pool thread tearing down the signals' connections while the GUI thread deleted the receiving relay
+    (``deleteLater``) crashed the process (a segfault in ``QObject::~QObject`` on both threads at once;
+    tests/ui/test_worker_lifetime.py).
 
-    The pool is done with a worker once it has deleted the C++ runnable (after ``run`` returned): from then on no
-    pool thread touches it. PySide does not always give back the reference it handed the pool (about one worker in
-    ten here), so the keeper does not wait for the count to fall: it empties the worker (its function and
-    arguments: a run's request, a scan's copy of a model) and deletes its signals object on this thread, so that
-    nothing the worker held can be freed on another."""
+    So the pool does not delete a worker here (``setAutoDelete(False)``), and the keeper, on the GUI thread, waits
+    until ``run`` has ended and the pool thread holds no reference any more (the count is down to the keeper's own
+    and the one PySide gave the pool, which ``Shiboken.delete`` takes back), then deletes the runnable, empties the
+    worker and lets go of it. A worker still held elsewhere on the GUI thread (a relay, a feature's slot) waits for
+    the next sweep."""
 
     SWEEP_MS = 100
+    # sys.getrefcount of a worker nobody else holds, in sweep(): the keeper's set, the loop's name, getrefcount's
+    # argument, and the reference PySide keeps for the pool (QThreadPool.start transfers ownership).
+    UNHELD = 4
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,11 +113,15 @@ class _WorkerKeeper(QObject):
             self.timer.start()
 
     def sweep(self) -> None:
-        done = [worker for worker in self.workers if not Shiboken.isValid(worker)]  # the pool deleted it
+        done = []
+        for worker in self.workers:
+            if worker.ended and sys.getrefcount(worker) <= self.UNHELD:
+                done.append(worker)
         for worker in done:
             self.workers.discard(worker)
             worker.empty()
-        del done  # the last references usually go here, on the GUI thread
+            Shiboken.delete(worker)  # the runnable, here; PySide gives back the pool's reference
+        del done  # the last references go here, on the GUI thread
         if not self.workers:
             self.timer.stop()
 
@@ -119,11 +130,12 @@ _keeper: _WorkerKeeper | None = None
 
 
 def start_worker(worker: PoolWorker) -> PoolWorker:
-    """Start ``worker`` on the global thread pool (from the GUI thread), and free what it holds on the GUI thread
-    once its pool thread is done with it (see ``_WorkerKeeper``). Connect its signals before calling this."""
+    """Start ``worker`` on the global thread pool (from the GUI thread); it is freed on the GUI thread once its
+    pool thread is done with it (see ``_WorkerKeeper``). Connect its signals before calling this."""
     global _keeper
     if _keeper is None:
         _keeper = _WorkerKeeper()
+    worker.setAutoDelete(False)  # deleted by the keeper, on the GUI thread
     _keeper.keep(worker)
     # Straight onto the pool (not worker.start(), which may defer the start by a timer): a window that closes
     # right after submitting must find the thread in the pool to wait for it.
