@@ -96,7 +96,7 @@ def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window,
     before = window.workspace.ticked_pairs()
     asked = []
     monkeypatch.setattr(modelfiles_in(window), "ask_architecture",
-                        lambda file, keys: asked.append((file, keys)) or ("resnet18", False))
+                        lambda file, keys, *fits: asked.append((file, keys)) or ("resnet18", False))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         dropfiles_in(window, [path])
     assert asked == [(str(path), len(saved))]
@@ -125,7 +125,7 @@ def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(window, qtbot, t
     torch.save({"state_dict": saved}, path)
     previous = window.workspace.loaded
     answers = iter([("resnet18", False), ("resnet18", True)])
-    monkeypatch.setattr(modelfiles_in(window), "ask_architecture", lambda file, keys: next(answers))
+    monkeypatch.setattr(modelfiles_in(window), "ask_architecture", lambda file, keys, *fits: next(answers))
     with qtbot.waitSignal(window.error_shown, timeout=RUN_TIMEOUT_MS) as shown:
         modelfiles_in(window).open(path)
     message = shown.args[0]
