@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 
 import pytest
 from PySide6.QtCore import QObject, Qt, Signal
@@ -115,3 +116,40 @@ def test_overlapping_workers_leave_warnings_showwarning_alone(qtbot) -> None:
     qtbot.waitUntil(lambda: workers_kept() == 0, timeout=20_000)
     for runner in runners:
         runner.deleteLater()
+
+
+def test_a_cancelled_scan_lets_go_of_its_copy_of_the_model(workspace, host, qtbot, tmp_path) -> None:
+    """The scan's worker holds its work, whose closure holds the scan's copy of the model, and the scan's
+    ``_Background`` holds the worker: a cycle. Kept by the worker keeper until its count fell, it never fell, and
+    every scan kept a model (seen here as one more model alive per scan in a 100-iteration window loop)."""
+    import gc
+
+    import numpy as np
+    from PIL import Image
+
+    from app.ui.features.scan import ScanFeature
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for index in range(40):
+        pixels = np.random.default_rng(index).integers(0, 256, (80, 90, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"img{index:02d}.png")
+    feature = ScanFeature(workspace, host)
+    copies: list[weakref.ref] = []
+    workspace.scheduler.runner.returned.connect(
+        lambda job, outcome: copies.append(weakref.ref(outcome)) if job.label == "scan-copy" else None
+    )
+    with qtbot.waitSignal(feature.finished, timeout=60_000) as ended:
+        assert feature.scan_folder(str(folder))
+        qtbot.waitUntil(lambda: feature._scan is not None, timeout=60_000)
+        feature.cancel()
+    assert ended.args == ["cancelled"]
+    assert len(copies) == 1
+
+    def copy_freed() -> bool:
+        gc.collect()
+        return copies[0]() is None
+
+    qtbot.waitUntil(copy_freed, timeout=10_000)
+    assert workers_kept() == 0
+    feature.shutdown()

@@ -53,6 +53,7 @@ class PoolWorker(FunctionWorker):
     work holds (a copy of a model) alive. Warnings of a worker here go to stderr like any other."""
 
     ended = False  # run() has returned or is about to: set last, by the pool thread
+    ended_seen = False  # the keeper's sweep has seen ``ended`` once
 
     def run(self) -> None:  # on a pool thread
         self.started.emit()
@@ -91,9 +92,8 @@ class _WorkerKeeper(QObject):
 
     So the pool does not delete a worker here (``setAutoDelete(False)``), and the keeper, on the GUI thread, waits
     until ``run`` has ended and the pool thread holds no reference any more (the count is down to the keeper's own
-    and the one PySide gave the pool, which ``Shiboken.delete`` takes back), then deletes the runnable, empties the
-    worker and lets go of it. A worker still held elsewhere on the GUI thread (a relay, a feature's slot) waits for
-    the next sweep."""
+    and the one PySide gave the pool, which ``Shiboken.delete`` takes back; for a worker still held elsewhere on
+    the GUI thread, one sweep later), then deletes the runnable, empties the worker and lets go of it."""
 
     SWEEP_MS = 100
     # sys.getrefcount of a worker nobody else holds, in sweep(): the keeper's set, the loop's name, getrefcount's
@@ -115,8 +115,15 @@ class _WorkerKeeper(QObject):
     def sweep(self) -> None:
         done = []
         for worker in self.workers:
-            if worker.ended and sys.getrefcount(worker) <= self.UNHELD:
+            if not worker.ended:
+                continue
+            # Unheld: free it now. Still held on this thread (a relay not yet deleted, or a cycle: a feature's
+            # object holding the worker whose work holds that object) a sweep after ``ended`` was first seen: by
+            # then its pool thread has long dropped its frame, and emptying the worker breaks such a cycle (a
+            # scan's work holds a copy of the model: kept, that was tens of MB a scan).
+            if sys.getrefcount(worker) <= self.UNHELD or worker.ended_seen:
                 done.append(worker)
+            worker.ended_seen = True
         for worker in done:
             self.workers.discard(worker)
             worker.empty()
