@@ -121,7 +121,7 @@ def run_live(args: argparse.Namespace) -> int:
         raise HookscopeError("--loop goes with --video (a camera does not end).")
     if args.unpaced and args.camera is not None:
         raise HookscopeError("--unpaced goes with --video (a camera gives frames at its own rate).")
-    if (args.record_layer or args.record) and not args.record:
+    if args.record_layer and not args.record:
         raise HookscopeError("--record-layer goes with --record OUT.mp4.")
     resolve_device(args.device)
     source = open_video(args.video) if args.video else open_camera(args.camera)  # a bad file fails before the model
@@ -131,6 +131,8 @@ def run_live(args: argparse.Namespace) -> int:
         panel = _record_panel(args)
         recorder = VideoRecorder(args.record, source.info.fps or 25.0)  # a bad file name fails before the model too
     loaded = load_for_cli(args)
+    if recorder is not None and panel[0] not in dict(loaded.module.named_modules()):
+        raise HookscopeError(f"The model has no module named '{panel[0]}' (--record-layer).", module_path=panel[0])
 
     def register(registry) -> None:
         register_for_cli(registry, args, loaded.preprocess)
