@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch  # noqa: F401  (torch before Qt)
-from PySide6.QtCore import QPoint, QPointF, QRect
+from PySide6.QtCore import QEventLoop, QPoint, QPointF, QRect, QTimer
 from PySide6.QtGui import QGuiApplication, QImage
-from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 
 from app.ui.app import application, make_window
@@ -37,14 +36,22 @@ TOLERANCE = 3  # per colour channel: the screen is 24-bit, the same RGB32 values
 MATCH_NEEDED = 0.9  # of a plot's samples that must show the mosaic's colour under their centre
 
 
+def pause(ms: int) -> None:
+    """Run the event loop for ``ms`` (QTest.qWait would hold Python's lock through its sleeps, starving the run's
+    worker thread: runs took ten times as long under it)."""
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
 def settle(window, app: QApplication, quiet_ms: int = 350, timeout_s: float = 120.0) -> None:
     """Until no run is in flight or queued and the event loop has been quiet for a while (paints flushed)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        QTest.qWait(50)
+        pause(50)
         if not window.workspace.scheduler.busy and not window.workspace.preparing:
             break
-    QTest.qWait(quiet_ms)
+    pause(quiet_ms)
     app.processEvents()
 
 
@@ -143,7 +150,7 @@ def pointer(*commands: str) -> None:
     """A person's mouse and keys, through the X server (XTEST, by xdotool): the events reach the window as real
     ones do, with the server's own timing (so a click after a double-click is a click)."""
     subprocess.run(["xdotool", *commands], check=True, timeout=30)
-    QTest.qWait(120)
+    pause(120)
 
 
 def at(widget: QWidget, point: QPoint) -> list[str]:
@@ -155,7 +162,7 @@ def at(widget: QWidget, point: QPoint) -> list[str]:
 def wait_until(condition, timeout_s: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while not condition() and time.monotonic() < deadline:
-        QTest.qWait(20)
+        pause(20)
     return condition()
 
 
@@ -283,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     @step("channel view")
     def _channel() -> None:
         panel = first_panel_in_view(window)
-        QTest.qWait(QApplication.doubleClickInterval())  # a click, not the third of the double-click's
+        pause(QApplication.doubleClickInterval())  # a click, not the third of the double-click's
         pointer(*at(panel._view.viewport(), tile_point(panel, 1)), "click", "1")
         rest_pointer(window)
 
