@@ -436,8 +436,10 @@ def test_the_script_says_what_is_wrong_in_one_line(hostile_script, tmp_path, dam
 
 
 # ---- 1: a build() that never returns -----------------------------------------------------------------------
+# export and scan (Ctrl-C and SIGTERM) in the default run; lessons and visualize, the same path, with -m slow
 @pytest.mark.parametrize("command, stop", [("export", signal.SIGINT), ("scan", signal.SIGTERM),
-                                           ("lessons", signal.SIGINT), ("visualize", signal.SIGTERM)])  # fmt: skip
+                                           pytest.param("lessons", signal.SIGINT, marks=pytest.mark.slow),
+                                           pytest.param("visualize", signal.SIGTERM, marks=pytest.mark.slow)])  # fmt: skip
 def test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm(images, tmp_path, command,
                                                                               stop) -> None:  # fmt: skip
     model = tmp_path / "model.py"

@@ -119,7 +119,7 @@ def test_live_prints_the_processed_rate_next_to_the_models_own(videos):
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("which", ["notes", "cut", "camera"])
+@pytest.mark.parametrize("which", ["notes", "cut", pytest.param("camera", marks=pytest.mark.slow)])
 def test_live_bad_input_is_one_line_and_exit_2(videos, tmp_path, which):
     if which == "notes":
         notes = tmp_path / "notes.mp4"

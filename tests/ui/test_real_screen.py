@@ -70,7 +70,10 @@ def drive(display: str, size: tuple[int, int], out: Path, home: Path) -> list[di
     return json.loads((out / "report.json").read_text())
 
 
-@pytest.mark.parametrize(("size", "window_manager"), [((1366, 768), False), ((1024, 700), True)],
+# The bare server in the default run; under a window manager (twice as long: about two minutes) with -m slow:
+# python -m pytest -m slow tests/ui/test_real_screen.py
+@pytest.mark.parametrize(("size", "window_manager"),
+                         [((1366, 768), False), pytest.param((1024, 700), True, marks=pytest.mark.slow)],
                          ids=["1366x768-bare", "1024x700-openbox"])
 def test_every_mosaic_in_view_shows_its_picture_on_the_real_screen(tmp_path, size, window_manager) -> None:
     with x_server(*size, window_manager) as display:
