@@ -54,14 +54,19 @@ def architecture_shapes(name: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     builder that computes on its tensors while building (RegNet) is built on the CPU."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # GoogLeNet's and Inception's FutureWarning about their initialisation
-        try:
-            if name.startswith("timm/"):
-                raise NotImplementedError  # built through the catalogue's own loader below
-            with torch.device("meta"):
-                module = torchvision.models.get_model(name, weights=None)
-        except NotImplementedError:
-            module = load_model(name, "none").module
+        module = _built_for_shapes(name)
     return tuple((key, tuple(value.shape)) for key, value in module.state_dict().items())
+
+
+def _built_for_shapes(name: str) -> torch.nn.Module:
+    """The architecture with random weights, on the meta device where its builder allows it."""
+    if name.startswith("timm/"):
+        return load_model(name, "none").module  # timm's through the catalogue's own loader
+    try:
+        with torch.device("meta"):
+            return torchvision.models.get_model(name, weights=None)
+    except NotImplementedError:  # a builder that computes on its tensors while building (RegNet)
+        return load_model(name, "none").module
 
 
 def _parameter_count(name: str) -> int | None:
