@@ -86,6 +86,9 @@ def build_live_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--record-layer", metavar="PATH",
                         help="the module whose panel --record shows (default: the first of --layers)")  # fmt: skip
+    parser.add_argument("--record-cam", action="store_true",
+                        help="--record shows --record-layer's Grad-CAM over the input instead of its panel (needs "
+                        "forward and a gradient kind in --hooks, e.g. forward,tensor)")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
@@ -99,6 +102,14 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
         raise HookscopeError("--record with --layers all needs --record-layer PATH: the module whose panel to show.")
     if args.layers != "all" and layer not in _csv(args.layers):
         raise HookscopeError(f"--record-layer {layer} is not one of --layers; hook it too.")
+    if args.record_cam:
+        from app.core.hooks import OUTPUT_GRADIENT_KINDS
+        from app.core.live import GRAD_CAM
+
+        if "forward" not in args.hooks or not set(args.hooks) & set(OUTPUT_GRADIENT_KINDS):
+            raise HookscopeError("--record-cam needs activations and gradients: --hooks forward,tensor (or "
+                                 "forward,backward).")  # fmt: skip
+        return layer, GRAD_CAM
     return layer, "forward" if "forward" in args.hooks else args.hooks[0]
 
 
@@ -106,7 +117,7 @@ def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
     from app.cli import load_for_cli, register_for_cli
     from app.core.devices import resolve_device
-    from app.core.live import live_run, seen_picture
+    from app.core.live import SeenView, live_run, seen_picture
     from app.core.termination import SIGTERM_EXIT, sigterm_raises
     from app.core.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
 
@@ -121,8 +132,8 @@ def run_live(args: argparse.Namespace) -> int:
         raise HookscopeError("--loop goes with --video (a camera does not end).")
     if args.unpaced and args.camera is not None:
         raise HookscopeError("--unpaced goes with --video (a camera gives frames at its own rate).")
-    if args.record_layer and not args.record:
-        raise HookscopeError("--record-layer goes with --record OUT.mp4.")
+    if (args.record_layer or args.record_cam) and not args.record:
+        raise HookscopeError(f"{'--record-layer' if args.record_layer else '--record-cam'} goes with --record OUT.mp4.")
     resolve_device(args.device)
     source = open_video(args.video) if args.video else open_camera(args.camera)  # a bad file fails before the model
     source.close()
@@ -170,7 +181,7 @@ def run_live(args: argparse.Namespace) -> int:
         )
     if recorder is not None and recorder.frames_written:
         print(f"recorded {recorder.frames_written} pictures ({recorder.frames_written / recorder.fps:.1f} s at "
-              f"{recorder.fps:g} fps) of {panel[0]} ({panel[1]}) -> {recorder.path}")  # fmt: skip
+              f"{recorder.fps:g} fps) of {SeenView(*panel).describe()} -> {recorder.path}")  # fmt: skip
     if report.error is not None:
         raise report.error
     if report.ended_by in ("Ctrl-C", "SIGTERM"):

@@ -14,7 +14,9 @@ removed before the second one, whatever ends the run (the end of the file, Ctrl-
 from __future__ import annotations
 
 import os
+import queue
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from app.core.devices import resolve_device
 from app.core.hooks import HookRegistry
 from app.core.models import LoadedModel
 from app.core.termination import Terminated
-from app.core.video import Frame, LatestFrame, VideoError, VideoSource
+from app.core.video import Frame, LatestFrame, VideoError, VideoRecorder, VideoSource
 
 BARE_WARMUP = 2  # untimed runs before the first bare phase: the allocator and the threads settle
 
@@ -85,22 +87,130 @@ def frame_input(loaded: LoadedModel, frame: Frame) -> torch.Tensor:
     return loaded.preprocess.to_tensor(Image.fromarray(frame.rgb))
 
 
-def seen_picture(loaded: LoadedModel, result: RunResult, path: str, kind: str = "forward") -> np.ndarray:
-    """What the screen shows of a run, as one RGB picture: the input as the model sees it, and beside it the mosaic
-    of ``path``'s ``kind`` record (its first call) through viridis, scaled to the input's height."""
-    from app.core.export import picture_image, record_picture
-    from app.core.resources import apply_colormap
+@dataclass(frozen=True)
+class SeenView:
+    """What a recording shows beside the input: module ``path``'s panel for hook kind ``kind`` (its first call),
+    or, with ``kind`` "grad_cam", the module's Grad-CAM laid over the input."""
 
-    shown = loaded.preprocess.to_display(result.input)
-    record = next((r for r in result.records if r.path == path and r.kind == kind), None)
-    if record is None:
-        return shown
-    panel = Image.fromarray(apply_colormap(picture_image(record_picture(record)), "viridis"))
+    path: str
+    kind: str
+
+    def describe(self) -> str:
+        from app.core.pictures import KIND_LABELS
+
+        if self.kind == GRAD_CAM:
+            return f"Grad-CAM of {self.path}"
+        return f"{self.path} ({KIND_LABELS.get(self.kind, self.kind)})"
+
+
+GRAD_CAM = "grad_cam"
+CAM_OPACITY = 0.5  # the Grad-CAM view's default opacity
+
+
+def picture_beside(shown: np.ndarray, result: RunResult, view: SeenView) -> np.ndarray:
+    """``shown`` (the input as the model sees it, uint8 (H, W, 3)) with ``view`` beside it, 4 black pixels apart:
+    the module's mosaic through viridis scaled to the input's height, or its Grad-CAM over the input (inferno, half
+    opacity). :class:`~app.core.errors.HookscopeError` when the run has no record for it (Grad-CAM: activations
+    and gradient both)."""
+    from app.core.cam import overlay, run_grad_cam
+    from app.core.errors import HookscopeError
+    from app.core.export import picture_image, record_picture
+    from app.core.resources import apply_colormap, colormap_lut
+
     height = shown.shape[0]
-    width = max(1, round(panel.width * height / panel.height))
-    panel = np.asarray(panel.resize((width, height), Image.Resampling.NEAREST))
+    if view.kind == GRAD_CAM:
+        panel = overlay(shown, run_grad_cam(result, view.path), CAM_OPACITY, colormap_lut("inferno"))
+    else:
+        record = next((r for r in result.records if r.path == view.path and r.kind == view.kind and not r.call
+                       and not r.leaf), None)  # fmt: skip
+        if record is None:
+            raise HookscopeError(f"The run has no {view.describe()} to record: tick it.", module_path=view.path)
+        mosaic = Image.fromarray(apply_colormap(picture_image(record_picture(record)), "viridis"))
+        width = max(1, round(mosaic.width * height / mosaic.height))
+        panel = np.asarray(mosaic.resize((width, height), Image.Resampling.NEAREST))
     gap = np.zeros((height, 4, 3), np.uint8)
     return np.ascontiguousarray(np.concatenate([shown, gap, panel], axis=1))
+
+
+def seen_picture(loaded: LoadedModel, result: RunResult, path: str, kind: str = "forward") -> np.ndarray:
+    """What the screen shows of a run, as one RGB picture: the input as the model sees it with ``path``'s ``kind``
+    panel (or its Grad-CAM, ``kind`` "grad_cam") beside it; the input alone when the run has no such record."""
+    from app.core.errors import HookscopeError
+
+    shown = loaded.preprocess.to_display(result.input)
+    try:
+        return picture_beside(shown, result, SeenView(path, kind))
+    except HookscopeError:
+        return shown
+
+
+class BackgroundRecorder:
+    """A :class:`~app.core.video.VideoRecorder` fed from a thread of its own, for the window: ``add`` hands over a
+    run (the input as shown, the records) and returns at once; the picture is drawn and encoded on the recorder's
+    thread. At most ``backlog`` runs wait: a run that finds them all waiting is skipped (``skipped``), and the
+    recording holds the picture before it a little longer, as a dropped frame does. A run that lacks the view
+    (unticked meanwhile) records the input alone and says so in ``problem``; a file that cannot be written stops
+    the recording (``error``)."""
+
+    def __init__(self, path: str | os.PathLike, fps: float, view: SeenView, backlog: int = 4) -> None:
+        self._recorder = VideoRecorder(path, fps)  # a bad name or folder: VideoError here, before anything runs
+        self.path = self._recorder.path
+        self.fps = self._recorder.fps
+        self.view = view
+        self.added = 0
+        self.skipped = 0
+        self.problem: str | None = None
+        self.error: VideoError | None = None
+        self._jobs: queue.Queue = queue.Queue(maxsize=backlog)
+        self._thread = threading.Thread(target=self._write_all, name=f"recorder: {self.path}", daemon=True)
+        self._thread.start()
+
+    @property
+    def frames_written(self) -> int:
+        return self._recorder.frames_written
+
+    def add(self, index: int, shown: np.ndarray, result: RunResult) -> bool:
+        """Record source frame ``index``'s run (``shown``: the input as the model sees it); False when skipped."""
+        if self.error is not None or not self._thread.is_alive():
+            return False
+        try:
+            self._jobs.put_nowait((index, shown, result))
+        except queue.Full:
+            self.skipped += 1
+            return False
+        self.added += 1
+        return True
+
+    def _write_all(self) -> None:
+        from app.core.errors import HookscopeError
+
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            index, shown, result = job
+            del job
+            try:
+                picture = picture_beside(shown, result, self.view)
+            except HookscopeError as problem:
+                self.problem, picture = str(problem), shown
+            del result
+            try:
+                self._recorder.add(index, picture)
+            except VideoError as error:
+                self.error = error
+                return
+
+    def close(self, timeout: float = 10.0) -> int:
+        """Write what waits, close the file (playable from then on); the number of pictures written."""
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join(timeout)
+        try:
+            self._recorder.close()
+        except VideoError as error:
+            self.error = self.error or error
+        return self._recorder.frames_written
 
 
 def _sync(dev: torch.device) -> None:

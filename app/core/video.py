@@ -532,7 +532,8 @@ class VideoRecorder:
     """Writes what was seen as a video file: one picture per source frame, so that it plays at the source's pace.
 
     ``add(index, rgb)`` gives the picture shown from source frame ``index`` on; a frame the model had no time for
-    (dropped) repeats the picture before it, as the screen did. MJPG for .avi, mp4v for .mp4 (both in OpenCV's
+    (dropped) repeats the picture before it, as the screen did. The same index again replaces its picture (a frozen
+    frame run again after an edit); an earlier index (a step back) follows the picture before it after one frame. MJPG for .avi, mp4v for .mp4 (both in OpenCV's
     own FFmpeg). Pictures are padded to the first one's size rounded up to even numbers (codecs want them even).
     """
 
@@ -558,7 +559,10 @@ class VideoRecorder:
     def add(self, index: int, rgb: np.ndarray) -> None:
         if self._last is not None:
             last_index, last = self._last
-            for _ in range(max(1, index - last_index)):  # shown until this one came
+            if index == last_index:  # the same frame run again (a frozen frame, edited): what is seen now
+                self._last = (index, rgb)
+                return
+            for _ in range(max(1, index - last_index)):  # shown until this one came (once, for a step back)
                 self._write(last)
         self._last = (index, rgb)
 

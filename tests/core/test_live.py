@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 from video_files import frame_number, truncate, write_video
 
-from app.core.live import frame_input, live_run
+from app.core.live import GRAD_CAM, BackgroundRecorder, SeenView, frame_input, live_run
 from app.core.models import load_model
 from app.core.video import open_video
 
@@ -206,7 +206,7 @@ def test_live_records_what_was_seen_as_a_video(videos, tmp_path):
     done = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer1,layer3", "--frames", "5",
                      "--unpaced", "--bare-runs", "1", "--record", str(out), "--record-layer", "layer3")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"recorded 5 pictures (0.2 s at 25 fps) of layer3 (forward) -> {out}" in done.stdout
+    assert f"recorded 5 pictures (0.2 s at 25 fps) of layer3 (Activations) -> {out}" in done.stdout
     with open_video(out) as seen:
         # the input as the model sees it (224x224), a 4-pixel gap, layer3's 256 channels (16x16 tiles of 14x14,
         # 1-pixel gaps: 239x239) scaled to 224 high
@@ -218,3 +218,44 @@ def test_live_records_what_was_seen_as_a_video(videos, tmp_path):
 def test_live_record_refuses_a_bad_name_before_the_model(videos, tmp_path):
     done = hookscope("live", "--video", str(videos["mp4"]), "--layers", "layer1", "--record", str(tmp_path / "a.gif"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "give a .mp4 or .avi" in done.stderr
+
+
+def test_live_records_grad_cam_beside_the_input(videos, tmp_path):
+    out = tmp_path / "cam.mp4"
+    done = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer2", "--hooks", "forward,tensor",
+                     "--frames", "3", "--unpaced", "--bare-runs", "1", "--record", str(out), "--record-cam")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"recorded 3 pictures (0.1 s at 25 fps) of Grad-CAM of layer2 -> {out}" in done.stdout
+    with open_video(out) as seen:  # the input, a 4-pixel gap, the map over the input: the same size
+        assert (seen.info.width, seen.info.height, seen.info.frame_count) == (224 + 4 + 224, 224, 3)
+    refused = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer2", "--hooks", "forward",
+                        "--record", str(out), "--record-cam")  # fmt: skip
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        "--record-cam needs activations and gradients: --hooks forward,tensor (or forward,backward).")
+
+
+def test_a_background_recorder_draws_and_writes_off_the_callers_thread(loaded, videos, tmp_path):
+    results = []
+
+    def hooks(registry) -> None:
+        registry.add("layer2", "forward")
+        registry.add("layer2", "tensor")
+
+    report = live_run(loaded, open_video(videos["avi"]), hooks, frames=3, paced=False, bare_runs=1,
+                      on_result=lambda frame, result: results.append((frame.index, result)))  # fmt: skip
+    assert report.frames == 3
+    shown = [loaded.preprocess.to_display(result.input) for _, result in results]
+    # layer2: 128 channels of 28x28, a 347x318 mosaic scaled to 224 high (244 wide); its Grad-CAM: the input size
+    for view, width in ((SeenView("layer2", "forward"), 224 + 4 + 244), (SeenView("layer2", GRAD_CAM), 224 + 4 + 224)):
+        out = tmp_path / f"{view.kind}.avi"
+        recorder = BackgroundRecorder(out, 10.0, view)
+        assert all(recorder.add(index, picture, result) for (index, result), picture in zip(results, shown))
+        assert recorder.close() == 3 and recorder.problem is None and recorder.error is None
+        with open_video(out) as seen:  # odd widths are padded to even ones
+            assert (seen.info.width, seen.info.height) == (width + width % 2, 224)
+            pictures = [frame.rgb for frame in iter(seen.read, None)]
+        assert [frame_number(picture[:, :224]) for picture in pictures] == [1, 2, 3]
+    # a view the run does not have (unticked meanwhile) records the input alone, and says so
+    recorder = BackgroundRecorder(tmp_path / "missing.avi", 10.0, SeenView("layer4", "forward"))
+    recorder.add(results[0][0], shown[0], results[0][1])
+    assert recorder.close() == 1 and "has no layer4 (Activations) to record" in recorder.problem

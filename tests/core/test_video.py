@@ -213,6 +213,16 @@ def test_a_recording_holds_each_picture_until_the_next_one_came(tmp_path):
         assert (seen.info.width, seen.info.height, seen.info.fps) == (64, 48, 10)
         colours = [int(np.argmax(frame.rgb[:, :60].reshape(-1, 3).mean(axis=0))) for frame in iter(seen.read, None)]
     assert colours == [0, 0, 0, 2]  # red, red, red, blue
+    green = np.zeros_like(red)
+    green[..., 1] = 255
+    with VideoRecorder(tmp_path / "again.avi", fps=10) as recorder:
+        recorder.add(5, red)
+        recorder.add(5, blue)  # the frozen frame run again (an edit): what is seen now replaces it
+        recorder.add(6, green)
+        recorder.add(4, red)  # a step back: the picture before follows after one frame
+    with open_video(tmp_path / "again.avi") as seen:
+        colours = [int(np.argmax(frame.rgb[:, :60].reshape(-1, 3).mean(axis=0))) for frame in iter(seen.read, None)]
+    assert colours == [2, 1, 0]
     for bad, words in (("seen.gif", "give a .mp4 or .avi"), ("no/such/folder/seen.mp4", "does not exist")):
         with pytest.raises(VideoError, match=words):
             VideoRecorder(tmp_path / bad, fps=10)

@@ -14,6 +14,7 @@ import torch
 from PySide6.QtGui import QKeySequence, QShortcut
 from video_files import frame_number, truncate, write_video
 
+from app.core.video import open_video
 from app.ui.features.live import LiveFeature
 
 RUN_TIMEOUT_MS = 120_000
@@ -42,9 +43,10 @@ def shown(workspace):
 
 def test_it_contributes_file_menu_entries_and_a_drop_handler(feature, host, tmp_path):
     ids = ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_next_frame", "file.live_previous_frame",
-           "file.live_stop")
+           "file.live_record", "file.live_stop_recording", "file.live_stop")
     assert [host.actions[i].title for i in ids] == ["Open video…", "Open camera…", "Freeze / resume the video (Space)",
                                                     "Next frame of the video (.)", "Previous frame of the video (,)",
+                                                    "Record what is seen…", "Stop recording",
                                                     "Close the video or camera"]
     assert host.input_rows == [feature.bar] and not feature.bar.isVisibleTo(host.parent)  # shown for a video only
     assert all(host.actions[i].menu == "File" for i in ("file.open_video", "file.open_camera"))
@@ -183,3 +185,48 @@ def test_in_the_window_a_dropped_video_plays_and_closing_the_window_stops_it(win
     assert "clip.avi · frame " in window.windowTitle()
     window.close()
     assert not live.playing and not stream._thread.is_alive() and stream.source.closed
+
+
+def test_recording_writes_the_frames_as_they_came_on_screen_with_grad_cam_beside_them(feature, workspace, host,
+                                                                                      qtbot, shown, tmp_path):
+    host.trigger("file.live_record")  # nothing plays: nothing to record
+    assert host.statuses[-1].startswith("Open a video or camera first") and feature.recorder is None
+    workspace.set_ticked([("layer2", "forward"), ("layer2", "tensor")], True)  # Act and Grad of layer2
+    qtbot.waitUntil(lambda: not workspace.scheduler.busy and bool(workspace.last.result.of_kind("tensor")),
+                    timeout=RUN_TIMEOUT_MS)  # fmt: skip
+    feature.open_video(write_video(tmp_path / "clip.avi", frames=16, fps=8.0))
+    names = [view.describe() for view in feature.record_choices()]
+    # every ticked panel of the run on screen, then the Grad-CAM of every module with both Act and Grad
+    assert {"layer2 (Activations)", "layer2 (Output gradients)", "Grad-CAM of layer2"} <= set(names)
+    cams = [name.startswith("Grad-CAM of ") for name in names]
+    assert cams == sorted(cams) and len(names) == len(workspace.ticked_pairs()) + sum(cams)
+    asked = []
+    feature.ask_record_view = lambda choices: asked.append(choices) or choices.index("Grad-CAM of layer2")
+    feature.ask_record_path = lambda: str(tmp_path / "seen.avi")
+    host.trigger("file.live_record")
+    assert asked == [names] and feature.recorder is not None
+    recorded_from = len(shown)
+    qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)  # the end of the file closes it
+    assert feature.recorder is None
+    on_screen = [index for index, _, _ in shown[recorded_from:]]
+    assert on_screen, host.statuses
+    assert any(f"Recorded {on_screen[-1] - on_screen[0] + 1} pictures" in line and f"of Grad-CAM of layer2 to "
+               f"{tmp_path / 'seen.avi'}" in line for line in host.statuses), host.statuses  # fmt: skip
+    with open_video(tmp_path / "seen.avi") as seen:
+        # the input as the model sees it, 4 pixels, the Grad-CAM over it: 452 wide, at the video's own rate
+        assert (seen.info.width, seen.info.height, seen.info.fps) == (452, 224, 8.0)
+        numbers = [frame_number(frame.rgb[:, :224]) for frame in iter(seen.read, None)]
+    # each run that came on screen (the first may have been asked for before the recording began), held until the
+    # next one came, as the screen held it
+    assert sorted(set(numbers)) == numbers[:1] + [n for n in on_screen if n > numbers[0]]
+    assert len(numbers) == on_screen[-1] - numbers[0] + 1 and numbers == sorted(numbers)
+    assert not host.errors
+
+
+def test_a_recording_to_a_bad_name_is_one_error_and_the_video_plays_on(feature, host, tmp_path):
+    feature.open_video(write_video(tmp_path / "clip.avi", frames=10, fps=5.0))
+    from app.core.live import SeenView
+
+    assert not feature.start_recording(tmp_path / "seen.gif", SeenView("layer1.0.conv1", "forward"))
+    assert host.errors == [f"Cannot record to '{tmp_path / 'seen.gif'}': give a .mp4 or .avi file name."]
+    assert feature.playing and feature.recorder is None

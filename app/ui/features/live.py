@@ -10,6 +10,10 @@ Space freezes the frame on screen (it is then an image like any other: edits, th
 it) and resumes; the Space shortcut exists only while a source is open, so the module tree keeps its own Space the
 rest of the time. The status bar shows the source's and the processed frame rates once a second. A file that is
 not a video, or ends early because it is truncated, is one error line; the results on screen stay.
+
+File > Record what is seen… writes the runs that come on screen as a video file (``BackgroundRecorder``: drawn
+and encoded on a thread of its own): the input as the model sees it with the chosen module's panel, or its
+Grad-CAM, beside it, at the source's frame rate, until File > Stop recording or the source closes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QWidget
 
+from app.core.cam import has_spatial_output
 from app.core.errors import HookscopeError
+from app.core.hooks import OUTPUT_GRADIENT_KINDS
+from app.core.live import GRAD_CAM, BackgroundRecorder, SeenView
 from app.core.video import (
     VIDEO_SUFFIXES,
     LatestFrame,
@@ -37,6 +44,7 @@ from app.ui.host import Host
 from app.ui.state.requests import ImageSource, RunOutcome
 from app.ui.state.workspace import Workspace
 
+RECORD_FILTER = "MP4 video (*.mp4);;AVI video, MJPG (*.avi)"
 VIDEO_FILTER = "Videos (" + " ".join(f"*{suffix}" for suffix in sorted(VIDEO_SUFFIXES)) + ");;All files (*)"
 POLL_MS = 5  # how often the newest frame is looked for while no run is in flight
 RATES_EVERY_S = 1.0
@@ -78,6 +86,7 @@ class LiveFeature(QObject):
         self.frozen = False
         self.shown = 0  # frames whose run is on screen, since the source opened
         self._asked: ImageSource | None = None  # the frame asked for last
+        self._asked_index: int | None = None
         self._rates_at = time.monotonic()
         self._shown_at_rates = 0
         self._timer = QTimer(self)
@@ -86,6 +95,7 @@ class LiveFeature(QObject):
         self._keys: list[QShortcut] = []  # Space and '.', only while a source is open
         self._step_wanted = False
         self.current_index: int | None = None  # the frame asked for last
+        self.recorder: BackgroundRecorder | None = None
         self.bar = VideoBar()
         self.bar.slider.valueChanged.connect(self.seek)
         host.add_input_row(self.bar)
@@ -105,6 +115,11 @@ class LiveFeature(QObject):
                        order=35, tooltip="Freeze the video and show its next frame; again for the one after"),
             ActionSpec("file.live_previous_frame", "Previous frame of the video (,)", "File", self.previous_frame,
                        group=16, order=36, tooltip="Freeze the video and show the frame before the one on screen"),
+            ActionSpec("file.live_record", "Record what is seen…", "File", self.record_dialog, group=16, order=37,
+                       tooltip="Write the frames as they come on screen to a video file, with one module's panel or "
+                       "Grad-CAM beside the input"),
+            ActionSpec("file.live_stop_recording", "Stop recording", "File", self.stop_recording, group=16, order=38,
+                       tooltip="Close the recording: the video file is complete and playable"),
             ActionSpec("file.live_stop", "Close the video or camera", "File", self.stop, group=16, order=40,
                        tooltip="Stop the video or camera; the last frame's results stay"),
         ]  # fmt: skip
@@ -198,8 +213,82 @@ class LiveFeature(QObject):
         if self.current_index is not None:
             self.seek(max(0, self.current_index - 1))
 
+    # ---- recording --------------------------------------------------------------------------------------------
+    def record_choices(self) -> list[SeenView]:
+        """What a recording can show beside the input, from the run on screen: each ticked module's panel (network
+        order), then the Grad-CAM of each module whose activations and output gradient are both hooked."""
+        outcome = self.workspace.last
+        if outcome is None:
+            return []
+        ticked = self.workspace.ticked_pairs()
+        records = [r for r in outcome.result.records if not r.call and not r.leaf]
+        panels = [SeenView(r.path, r.kind) for r in records if (r.path, r.kind) in ticked]
+        grads = {r.path for r in records if r.kind in OUTPUT_GRADIENT_KINDS}
+        cams = [SeenView(r.path, GRAD_CAM) for r in records
+                if r.kind == "forward" and r.path in grads and has_spatial_output(tuple(r.tensor.shape))]  # fmt: skip
+        return list(dict.fromkeys(panels + cams))
+
+    def ask_record_view(self, names: list[str]) -> int | None:
+        """Which view to record beside the input (tests replace this question); its position in ``names``."""
+        name, ok = QInputDialog.getItem(self.host.dialog_parent(), "Record what is seen", "Beside the input:", names,
+                                        0, False)  # fmt: skip
+        return names.index(name) if ok else None
+
+    def ask_record_path(self) -> str | None:
+        """The video file to write (tests replace this question)."""
+        path, chosen = QFileDialog.getSaveFileName(self.host.dialog_parent(), "Record to", "seen.mp4", RECORD_FILTER)
+        if path and not os.path.splitext(path)[1]:
+            path += ".avi" if "avi" in chosen.lower() else ".mp4"
+        return path or None
+
+    def record_dialog(self) -> None:
+        if self.stream is None:
+            self.host.show_status("Open a video or camera first (File > Open video…): a recording follows it.", 4000)
+            return
+        choices = self.record_choices()
+        if not choices:
+            self.host.show_error("Nothing to record beside the input: tick a module's Act or Grad first.")
+            return
+        choice = self.ask_record_view([view.describe() for view in choices])
+        if choice is None:
+            return
+        path = self.ask_record_path()
+        if path:
+            self.start_recording(path, choices[choice])
+
+    def start_recording(self, path: str | os.PathLike, view: SeenView) -> bool:
+        """Record from the next run on screen: the input with ``view`` beside it, at the source's frame rate."""
+        if self.stream is None:
+            self.host.show_status("Open a video or camera first (File > Open video…): a recording follows it.", 4000)
+            return False
+        self.stop_recording()
+        try:
+            self.recorder = BackgroundRecorder(path, self.stream.source.info.fps or 25.0, view)
+        except HookscopeError as error:
+            self.host.show_error(str(error))
+            return False
+        self.host.show_status(f"Recording {view.describe()} beside the input to {self.recorder.path} (File > Stop "
+                              "recording ends it).", 4000)  # fmt: skip
+        return True
+
+    def stop_recording(self) -> int | None:
+        """Close the recording; the pictures written (None when none was going)."""
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            return None
+        written = recorder.close()
+        if recorder.error is not None:
+            self.host.show_error(str(recorder.error))
+        else:
+            skipped = f", {recorder.skipped} runs skipped (the recorder was behind)" if recorder.skipped else ""
+            problem = f"; {recorder.problem}" if recorder.problem else ""
+            self.host.show_status(f"Recorded {written} pictures ({written / recorder.fps:.1f} s) of "
+                                  f"{recorder.view.describe()} to {recorder.path}{skipped}{problem}", 8000)  # fmt: skip
+        return written
+
     def stop(self) -> None:
-        """Close the source; the last frame's results stay on screen."""
+        """Close the source (and a recording of it); the last frame's results stay on screen."""
+        self.stop_recording()
         self._timer.stop()
         self.bar.setVisible(False)
         for key in self._keys:
@@ -221,6 +310,7 @@ class LiveFeature(QObject):
         self.shown = self._shown_at_rates = 0
         self._rates_at = time.monotonic()
         self._asked = None
+        self._asked_index = None
         keys = [(Qt.Key.Key_Space, self.toggle_freeze)]
         if source.info.kind == "video":
             keys += [(Qt.Key.Key_Period, self.next_frame), (Qt.Key.Key_Comma, self.previous_frame)]
@@ -264,19 +354,23 @@ class LiveFeature(QObject):
             self.bar.show_frame(frame.index, stream.source.info.frame_count)
         name = stream.source.info.name
         self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb))
+        self._asked_index = frame.index
         self.workspace.request_image(self._asked)
 
     def _on_run_applied(self, outcome: RunOutcome) -> None:
         if self.stream is None or self._asked is None or outcome.image != self._asked:
             return
         self.shown += 1
+        if self.recorder is not None and self._asked_index is not None:
+            self.recorder.add(self._asked_index, outcome.input_display, outcome.result)
         now = time.monotonic()
         if now - self._rates_at >= RATES_EVERY_S:
             processed = (self.shown - self._shown_at_rates) / (now - self._rates_at)
             self._rates_at, self._shown_at_rates = now, self.shown
             self.host.show_status(
                 f"{self.stream.source.info.name}: source {self.stream.source_fps:.1f} fps, processed "
-                f"{processed:.1f} fps, {self.stream.dropped} frames dropped", 2000,
+                f"{processed:.1f} fps, {self.stream.dropped} frames dropped"
+                + (f"; recording to {self.recorder.path}" if self.recorder is not None else ""), 2000,
             )  # fmt: skip
 
     def _on_drop(self, paths: list[str]) -> list[str]:
