@@ -74,7 +74,8 @@ class LiveReport:
         return self.processed_fps / self.engine_fps if self.engine_fps else 0.0
 
 
-def _rss_mb() -> float | None:
+def resident_mb() -> float | None:
+    """This process's resident memory in MB (Linux); None elsewhere."""
     try:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
@@ -284,7 +285,7 @@ def live_run(
             on_start()
         stream = LatestFrame(source, paced=paced, lossless=not paced, loop=loop)
         start = time.perf_counter()
-        rss_start = _rss_mb()
+        rss_start = resident_mb()
         while report.frames < frames:
             frame = stream.take()
             if frame is None:
@@ -298,7 +299,7 @@ def live_run(
                 on_result(frame, result)
             del result  # the records go now, not when the next frame's replace them
         report.seconds = time.perf_counter() - start
-        rss_end = _rss_mb()
+        rss_end = resident_mb()
         report.rss_mb = (rss_start, rss_end) if rss_start is not None and rss_end is not None else None
         stream.close()
         registry.clear()

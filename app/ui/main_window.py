@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PIL import Image
-from PySide6.QtCore import QByteArray, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QByteArray, QPoint, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QCloseEvent,
     QDragEnterEvent,
@@ -72,6 +72,7 @@ CARD_SHARE, CARD_MIN_HEIGHT = 0.4, 320
 # cards. Layouts saved before that (stacked docks, lessons in the right column) are not restored: saveState's version.
 SIDE_AREA = "bottom"
 STATE_VERSION = 2
+BUSY_BAR_DELAY_MS = 300  # the busy bar shows for work lasting longer than this
 
 
 def qimage_to_pil(image: QImage) -> Image.Image:
@@ -215,9 +216,22 @@ class MainWindow(QMainWindow):
         space.device_changed.connect(self.chooser.show_device)
         space.weights_changed.connect(lambda *_: self._sync_chooser())
         space.panel_settings_changed.connect(self._on_panel_settings)
-        space.busy_changed.connect(lambda *_: self.busy_bar.setVisible(not self._closing and space.scheduler.busy))
+        # The busy bar comes when work lasts (BUSY_BAR_DELAY_MS) and goes at once: a video's frames, one run after
+        # another, would blink it (a relayout and repaint of the status bar each frame, on the GUI thread).
+        self._busy_bar_timer = QTimer(self)
+        self._busy_bar_timer.setSingleShot(True)
+        self._busy_bar_timer.setInterval(BUSY_BAR_DELAY_MS)
+        self._busy_bar_timer.timeout.connect(lambda: self.busy_bar.setVisible(not self._closing and space.scheduler.busy))
+        space.busy_changed.connect(self._on_busy_changed)
         space.status.connect(lambda text, ms: self.statusBar().showMessage(text, ms))
         space.error.connect(self.show_error)
+
+    def _on_busy_changed(self, *_: object) -> None:
+        if self._closing or not self.workspace.scheduler.busy:
+            self._busy_bar_timer.stop()
+            self.busy_bar.setVisible(False)
+        elif not self.busy_bar.isVisible() and not self._busy_bar_timer.isActive():
+            self._busy_bar_timer.start()
 
     # =============================================================================================== Host ====
     def add_dock(self, spec: DockSpec, widget: QWidget) -> QDockWidget:

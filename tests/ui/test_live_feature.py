@@ -230,3 +230,17 @@ def test_a_recording_to_a_bad_name_is_one_error_and_the_video_plays_on(feature, 
     assert not feature.start_recording(tmp_path / "seen.gif", SeenView("layer1.0.conv1", "forward"))
     assert host.errors == [f"Cannot record to '{tmp_path / 'seen.gif'}': give a .mp4 or .avi file name."]
     assert feature.playing and feature.recorder is None
+
+
+def test_a_frame_is_asked_for_without_the_debounce_pause_and_ticks_still_gather(feature, workspace, qtbot, tmp_path):
+    from app.ui.state.scheduler import RUN_DEBOUNCE_MS
+
+    timer = workspace.scheduler._timer
+    feature.open_video(write_video(tmp_path / "clip.avi", frames=10, fps=5.0))
+    qtbot.waitUntil(lambda: workspace.wanted_image is not None and " · frame " in workspace.wanted_image.name,
+                    timeout=RUN_TIMEOUT_MS)  # fmt: skip
+    assert timer.interval() == 0  # the frame's run starts on the event loop's next turn: 50 ms a frame saved
+    feature.stop()
+    qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    workspace.tick("layer2", "forward")  # a click in the tree still waits for the rest of a burst
+    assert timer.isActive() and timer.interval() == RUN_DEBOUNCE_MS

@@ -46,7 +46,7 @@ from app.ui.state.workspace import Workspace
 
 RECORD_FILTER = "MP4 video (*.mp4);;AVI video, MJPG (*.avi)"
 VIDEO_FILTER = "Videos (" + " ".join(f"*{suffix}" for suffix in sorted(VIDEO_SUFFIXES)) + ");;All files (*)"
-POLL_MS = 5  # how often the newest frame is looked for while no run is in flight
+POLL_MS = 5  # how often the newest frame is looked for while no run is in flight (and at once when one ends)
 RATES_EVERY_S = 1.0
 
 
@@ -102,6 +102,7 @@ class LiveFeature(QObject):
         host.add_actions(self._action_specs())
         host.add_drop_handler(self._on_drop)
         workspace.run_applied.connect(self._on_run_applied)
+        workspace.busy_changed.connect(self._on_busy_changed)
 
     def _action_specs(self) -> list[ActionSpec]:
         return [
@@ -129,14 +130,15 @@ class LiveFeature(QObject):
     def playing(self) -> bool:
         return self.stream is not None
 
-    def open_video(self, path: str | os.PathLike) -> bool:
-        """Play the video at ``path``; a file that cannot be read is one error, and what is on screen stays."""
+    def open_video(self, path: str | os.PathLike, loop: bool = False) -> bool:
+        """Play the video at ``path`` (again from its start when it ends, with ``loop``); a file that cannot be read
+        is one error, and what is on screen stays."""
         try:
             source = open_video(path)
         except HookscopeError as error:
             self.host.show_error(str(error))
             return False
-        self._start(source)
+        self._start(source, loop=loop)
         return True
 
     def open_camera(self, index: int) -> bool:
@@ -304,9 +306,9 @@ class LiveFeature(QObject):
         self.stop()
 
     # ---- the frames -----------------------------------------------------------------------------------------
-    def _start(self, source: VideoSource) -> None:
+    def _start(self, source: VideoSource, loop: bool = False) -> None:
         self.stop()
-        self.stream = LatestFrame(source, paced=True)
+        self.stream = LatestFrame(source, paced=True, loop=loop)
         self.shown = self._shown_at_rates = 0
         self._rates_at = time.monotonic()
         self._asked = None
@@ -355,7 +357,12 @@ class LiveFeature(QObject):
         name = stream.source.info.name
         self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb))
         self._asked_index = frame.index
-        self.workspace.request_image(self._asked)
+        self.workspace.request_image(self._asked, debounce=False)  # a frame is no burst of changes to gather
+
+    def _on_busy_changed(self, busy: bool) -> None:
+        """The run path is free: the next frame goes at once, not at the timer's next tick."""
+        if not busy and self.stream is not None:
+            self._pump()
 
     def _on_run_applied(self, outcome: RunOutcome) -> None:
         if self.stream is None or self._asked is None or outcome.image != self._asked:

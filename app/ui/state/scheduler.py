@@ -92,12 +92,13 @@ class RunScheduler(QObject):
         self.busy_changed.emit(self.busy)
         return True
 
-    def request_run(self) -> None:
-        """Supersede whatever run is in flight; start the new one after a short pause."""
+    def request_run(self, debounce: bool = True) -> None:
+        """Supersede whatever run is in flight; start the new one after a short pause (``debounce``), or on the
+        event loop's next turn (a video's next frame: no burst of changes to gather, and 50 ms a frame to lose)."""
         if self._closed:
             return
         self._latest.value += 1
-        self._timer.start()
+        self._timer.start(RUN_DEBOUNCE_MS if debounce else 0)
         self.busy_changed.emit(True)
 
     def shutdown(self) -> None:

@@ -435,10 +435,12 @@ class Workspace(QObject):
         self.request_run()
 
     # =============================================================================================== images ====
-    def request_image(self, source: ImageSource) -> None:
+    def request_image(self, source: ImageSource, debounce: bool = True) -> None:
+        """Show ``source``: run it (without the debounce pause when ``debounce`` is False: a video's frames)."""
         self.wanted_image = source
         self.image_requested.emit(source)
-        self.request_run()
+        if not self._closing:
+            self.scheduler.request_run(debounce)
 
     def open_paths(self, paths: list[str]) -> None:
         """Show the first file; the rest wait in the image list."""

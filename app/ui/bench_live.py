@@ -1,0 +1,234 @@
+"""How a video goes through the window: the processed frame rate, panels painted, against the model's own rate.
+
+    python -m app.ui.bench_live [--model resnet18] [--layers layer1,layer2,layer3,layer4] [--frames 60]
+                                [--video FILE] [--device cpu] [--bare-runs 5]
+
+Issue 26's window figures, measured in one process, in the real window (offscreen when there is no display):
+
+* the model alone: ``--bare-runs`` forward+backward passes (``bench.bare_run``: top-1 logit, backward to the
+  input, no hook) on the video's first frame, before the modules are ticked and after they are unticked;
+* the video playing through the window (File > Open video, at its own frame rate, looped) with ``--layers`` ticked
+  for Act and Grad (the module tree's forward and tensor hooks): every frame asked for as the image on screen, run
+  by the workspace's one run path, its panels updated and painted; ``--frames`` frames are timed after a few
+  untimed ones. Processed rate: frames on screen per second of wall time. Target: >= 0.85 of the model's own rate;
+* the event loop's longest stall while the video plays (a 5 ms timer on the GUI thread; target: 50 ms);
+* resident memory at the first and last timed frame, and every 100 frames between (target: +50 MB at most over
+  2,000 frames: ``--frames 2000``).
+
+Without ``--video`` a 320x240 video at 30 fps (300 frames, a moving pattern, as a camera might give) is written to
+a temporary folder first. The machine should be idle: other work on it slows the model and the window unevenly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
+from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
+
+from app.core.allocator import keep_freed_memory
+from app.core.bench import bare_run
+from app.core.live import frame_input, resident_mb
+from app.core.video import open_video
+from app.ui.app import _close, _no_display, application, make_window, wait_for_run
+from app.ui.bench_gui import WINDOW_SIZE, StallMeter
+from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, TICK_KINDS
+
+RATIO_TARGET = 0.85  # processed / model alone, in the window (issue 26)
+STALL_TARGET_MS = 50.0
+MEMORY_TARGET_MB = 50.0  # over 2,000 frames
+WARMUP_FRAMES = 3
+BARE_WARMUP = 2
+
+
+def write_clip(folder: Path, frames: int = 300, fps: float = 30.0, size: tuple[int, int] = (320, 240)) -> Path:
+    """A video with a pattern that moves from frame to frame (mp4v, in every OpenCV wheel's FFmpeg)."""
+    import cv2
+
+    path = folder / "bench-clip.mp4"
+    width, height = size
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    for index in range(frames):
+        phase = index / frames * 2 * np.pi
+        picture = np.stack([np.sin(x / 17 + phase * 3), np.cos(y / 13 - phase * 2), np.sin((x + y) / 29 + phase)], -1)
+        writer.write(((picture + 1) * 127.5).astype(np.uint8))
+    writer.release()
+    return path
+
+
+def bare_ms(model: torch.nn.Module, x: torch.Tensor, runs: int, cpu: list[float] | None = None) -> list[float]:
+    """Wall ms of each bare run; the process's CPU ms of each go to ``cpu``."""
+    times = []
+    for _ in range(runs):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        bare_run(model, x)
+        times.append((time.perf_counter() - start) * 1000)
+        if cpu is not None:
+            cpu.append((time.process_time() - start_cpu) * 1000)
+    return times
+
+
+class PaintCounter(QObject):
+    """Counts the paint events the window's widgets get (the panels painted, not only updated)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paints = 0
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802  (Qt's name)
+        if event.type() == QEvent.Type.Paint:
+            self.paints += 1
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.ui.bench_live", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--layers", default="layer1,layer2,layer3,layer4")
+    parser.add_argument("--frames", type=int, default=60, help="frames timed (2000 for the memory target)")
+    parser.add_argument("--video", type=Path, help="the video to play (default: a 320x240 one at 30 fps, written)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--bare-runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    keep_freed_memory()  # as the hookscope command does for the window
+
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as folder:
+        video = args.video or write_clip(Path(folder))
+        with open_video(video) as source:
+            info = source.info
+            first = source.read()
+        if first is None:
+            print(f"bench_live: {video} gives no frame", file=sys.stderr)
+            return 1
+        app = application(offscreen=_no_display())
+        window = make_window(args.model, "none", args.device, None, checks=[], remember=False)
+        window.show_dialogs = False
+        window.resize(*WINDOW_SIZE)
+        window.show()
+        error = wait_for_run(window)
+        if error:
+            print(f"bench_live: {error}", file=sys.stderr)
+            return 1
+        space = window.workspace
+        loaded = space.loaded
+        x = frame_input(loaded, first).to(args.device)
+        model = loaded.module
+        bare_ms(model, x, BARE_WARMUP)
+        bare_cpu: list[float] = []
+        before = bare_ms(model, x, args.bare_runs, bare_cpu)
+
+        paths = [path.strip() for path in args.layers.split(",") if path.strip()]
+        kinds = (TICK_KINDS[ACTIVATIONS], TICK_KINDS[GRADIENTS])
+        space.set_ticked([(p, k) for p in paths for k in kinds], True)
+        error = wait_for_run(window)
+        if error:
+            print(f"bench_live: {error}", file=sys.stderr)
+            return 1
+
+        live = window.features["live"]
+        meter = StallMeter()
+        painter = PaintCounter()
+        frames: list[tuple[float, dict[str, float], str]] = []  # (time on screen, the run's timings, image name)
+        memory: list[tuple[int, float]] = []
+        marks: dict[str, float] = {}
+        loop = QEventLoop()
+        wanted = WARMUP_FRAMES + args.frames
+
+        def on_screen() -> None:
+            last = space.last
+            if last is None or " · frame " not in last.image.name:
+                return
+            frames.append((time.perf_counter(), dict(window.last_timings), last.image.name))
+            timed = len(frames) - WARMUP_FRAMES
+            if timed == 0:
+                marks["cpu"], marks["gui_cpu"] = time.process_time(), time.thread_time()
+                meter.start()
+                app.installEventFilter(painter)
+                marks["dropped"] = live.stream.dropped if live.stream else 0
+            if timed >= 0 and timed % 100 == 0:
+                memory.append((timed, resident_mb() or 0.0))
+            if len(frames) >= wanted:
+                marks["cpu"] = (time.process_time() - marks["cpu"]) * 1000 / args.frames
+                marks["gui_cpu"] = (time.thread_time() - marks["gui_cpu"]) * 1000 / args.frames
+                marks["stall"] = meter.stop()
+                marks["dropped"] = (live.stream.dropped if live.stream else 0) - marks["dropped"]
+                marks["source_fps"] = live.stream.source_fps if live.stream else 0.0
+                loop.quit()
+
+        def failed(message: str) -> None:
+            marks["error"] = 1
+            print(f"bench_live: {message}", file=sys.stderr)
+            loop.quit()
+
+        asked: list[float] = []  # when each frame was asked for (the run path free again)
+        space.image_requested.connect(lambda _source: asked.append(time.perf_counter()))
+        window.run_finished.connect(on_screen)
+        window.error_shown.connect(failed)
+        QTimer.singleShot(int(max(120.0, wanted * 5.0) * 1000), loop.quit)  # 5 s a frame at most
+        if not live.open_video(video, loop=True):
+            return 1
+        loop.exec()
+        app.removeEventFilter(painter)
+        window.run_finished.disconnect(on_screen)
+        live.stop()
+        if len(frames) < wanted or "error" in marks:
+            print(f"bench_live: {len(frames)} of {wanted} frames came on screen", file=sys.stderr)
+            _close(window)
+            return 1
+        if memory[-1][0] != args.frames:
+            memory.append((args.frames, resident_mb() or 0.0))
+        records = len(space.last.result.records)
+        panels = len(window.panel_area.panels)
+        space.untick_all()
+        wait_for_run(window)
+        after = bare_ms(model, x, args.bare_runs, bare_cpu)
+        _close(window)
+
+    timed = frames[WARMUP_FRAMES - 1 :]  # from the last untimed frame on screen to the last timed one
+    seconds = timed[-1][0] - timed[0][0]
+    processed = args.frames / seconds
+    engine = 1000.0 / statistics.median(before + after)
+    runs = [t for _, t, _ in timed[1:]]
+
+    def median(key: str) -> float:
+        return statistics.median(t.get(key, 0.0) for t in runs)
+
+    run_ms = statistics.median(t["forward_ms"] + t["backward_ms"] for t in runs)
+    print(f"{loaded.display_name} on {args.device}, {len(paths)} modules ticked for Act and Grad ({' and '.join(kinds)} "
+          f"hooks; {records} records, {panels} panels), window {WINDOW_SIZE[0]}x{WINDOW_SIZE[1]}; source "
+          f"{info.describe()}, at its own rate, looped")  # fmt: skip
+    print(f"processed {args.frames} frames in {seconds:.2f} s: {processed:.2f} fps on screen (source delivered "
+          f"{marks['source_fps']:.1f} fps, {marks['dropped']:.0f} dropped; {painter.paints / args.frames:.1f} paint "
+          f"events a frame); model alone (forward+backward, median of {len(before) + len(after)} runs): "
+          f"{engine:.2f} fps")  # fmt: skip
+    print(f"  per frame (medians): read {median('read_ms'):.1f} ms, forward+backward {run_ms:.1f} ms, prepare "
+          f"{median('prepare_ms'):.1f} ms (worker); update {median('apply_ms'):.1f} ms (GUI thread); frame to frame "
+          f"{statistics.median(b[0] - a[0] for a, b in zip(timed, timed[1:])) * 1000:.1f} ms")  # fmt: skip
+    # where a frame's time goes: from asking for it to its panels on screen (the worker's run, the hand-over, the
+    # update), and from one frame on screen to asking for the next (the GUI thread's turn)
+    times = [t for t, _, _ in timed]
+    run_spans = [done - max(a for a in asked if a < done) for done in times[1:]]
+    gaps = [min((a for a in asked if a > done), default=done) - done for done in times[:-1]]
+    print(f"  asked -> on screen {statistics.median(run_spans) * 1000:.1f} ms, on screen -> next asked "
+          f"{statistics.median(gaps) * 1000:.1f} ms (medians)")
+    print(f"  CPU time a frame, all threads: {marks['cpu']:.1f} ms (of which the GUI thread {marks['gui_cpu']:.1f} ms); "
+          f"a bare run: {statistics.median(bare_cpu):.1f} ms")
+    print(f"processed / model alone: {processed / engine:.3f} (target >= {RATIO_TARGET})")
+    print(f"longest event-loop stall while the video played: {marks['stall']:.1f} ms (target <= {STALL_TARGET_MS:.0f} ms)")
+    grown = memory[-1][1] - memory[0][1]
+    print(f"resident memory over {args.frames} frames: {memory[0][1]:.0f} -> {memory[-1][1]:.0f} MB ({grown:+.0f} MB; "
+          f"target <= +{MEMORY_TARGET_MB:.0f} MB over 2,000 frames); by frame: "
+          + ", ".join(f"{n}: {mb:.0f}" for n, mb in memory))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
