@@ -24,14 +24,32 @@ MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit on 64-bit systems (a la
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 
 
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def trim() -> bool:
+    """Give malloc's free pages back to the system (glibc's ``malloc_trim``), in every arena: a pool thread that
+    ran a model leaves its own arena full of freed blocks, which glibc returns only from the top of each heap.
+    A millisecond or so; True when it gave memory back. The window calls it after a full collection (a model
+    switch), not the command line, whose runs keep their memory for the next (``keep_freed_memory``)."""
+    libc = _libc()
+    malloc_trim = getattr(libc, "malloc_trim", None)
+    if malloc_trim is None:  # not glibc
+        return False
+    malloc_trim.argtypes, malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(malloc_trim(0))
+
+
 def keep_freed_memory() -> bool:
     """Tune glibc's malloc as described above; True when it took the settings."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:  # not Linux, or not glibc
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -1,9 +1,15 @@
-"""A mosaic through its colormap as a ready-to-paint ``QImage``, made in the worker (``QImage`` is reentrant, so this
-is safe off the GUI thread): the GUI thread then only paints. ``widgets/mosaic_item.py`` paints it."""
+"""A mosaic through its colormap as ready-to-paint RGB32 pixels, coloured in the worker: the GUI thread then only
+wraps them in a ``QImage`` (no copy) and paints. ``widgets/mosaic_item.py`` paints it.
+
+The worker makes no Qt object at all, only a numpy array. Every Python wrapper of a Qt object (a ``QImage`` too)
+is entered in and removed from PySide's one process-wide table of wrappers, and a C++ destructor on the GUI
+thread reads that table without Python's lock. Wrappers made and freed on pool threads while the GUI thread
+deleted list items or deferred-deleted objects crashed the process now and then, always in
+``BindingManager::releaseWrapper`` on the GUI thread (issue 21, item 9; ``tests/ui/test_worker_threads.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -19,23 +25,45 @@ DIFF_LUT = "diff"  # the signed A − B views' lookup table (``diverging_lut``);
 
 @dataclass(frozen=True, eq=False)
 class RenderedMosaic:
-    """An arrangement's mosaic through lookup table ``lut`` as an RGB32 ``QImage``: the whole mosaic, or a copy
-    scaled down to the size it is shown at (``is_full`` tells)."""
+    """An arrangement's mosaic through lookup table ``lut`` as RGB32 pixels (uint32, height x width): the whole
+    mosaic, or a copy scaled down to the size it is shown at (``is_full`` tells)."""
 
     arrangement: Arrangement
     lut: str
-    qimage: QImage
+    pixels: np.ndarray
     is_full: bool
+    _qimage: list = field(default_factory=list, repr=False)  # the QImage over ``pixels``, made on first use
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels."""
+        return self.pixels.shape[1], self.pixels.shape[0]
+
+    @property
+    def qimage(self) -> QImage:
+        """The pixels as a ``QImage`` (no copy: it reads ``pixels``, which this object keeps), made on first use,
+        on the thread that paints (the GUI thread), never in the worker."""
+        if not self._qimage:
+            h, w = self.pixels.shape
+            self._qimage.append(QImage(self.pixels.data, w, h, self.pixels.strides[0], QImage.Format.Format_RGB32))
+        return self._qimage[0]
 
     def matches(self, arrangement: Arrangement, lut: str) -> bool:
         return self.arrangement is arrangement and self.lut == lut
 
 
 @cache
-def color_table(lut: str) -> tuple[int, ...]:
-    """The 256 ARGB values of a lookup table, as ``QImage.setColorTable`` takes them (built once per table)."""
+def color_array(lut: str) -> np.ndarray:
+    """The 256 ARGB values of a lookup table as uint32 (Qt's RGB32 pixels), built once per table."""
     rgb = (diverging_lut() if lut == DIFF_LUT else colormap_lut(lut)).astype(np.uint32)
-    return tuple(int(v) for v in (0xFF000000 | (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]))
+    table = 0xFF000000 | (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
+    table.flags.writeable = False  # shared by every call
+    return table
+
+
+def color_table(lut: str) -> tuple[int, ...]:
+    """The 256 ARGB values of a lookup table, as ``QImage.setColorTable`` takes them."""
+    return tuple(int(v) for v in color_array(lut))
 
 
 FIT_PADDING = 0.01  # a fitted mosaic's margin in its view box, a fraction of its size on each side
@@ -65,15 +93,10 @@ def nearest(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return image[:, cols].take(rows, axis=0)
 
 
-def colour(source: np.ndarray, lut: str) -> QImage:
-    """A uint8 (H, W) image through a lookup table as RGB32: Qt's own indexed-to-RGB32 conversion (about 0.4 ns
-    a pixel here)."""
-    image = np.ascontiguousarray(source, dtype=np.uint8)
-    h, w = image.shape
-    indexed = QImage(image.data, w, h, image.strides[0], QImage.Format.Format_Indexed8)
-    indexed.setColorTable(list(color_table(lut)))
-    # convertToFormat makes an image that owns its pixels: nothing points into ``image`` afterwards.
-    return indexed.convertToFormat(QImage.Format.Format_RGB32)
+def colour(source: np.ndarray, lut: str) -> np.ndarray:
+    """A uint8 (H, W) image through a lookup table as RGB32 pixels (uint32, C-contiguous): numpy's ``take``, no Qt
+    object (see the module's docstring)."""
+    return np.ascontiguousarray(color_array(lut).take(np.asarray(source, dtype=np.uint8)))
 
 
 def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | None = None) -> RenderedMosaic:
@@ -88,8 +111,8 @@ def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | Non
     height, width = arrangement.size
     shown = fitted_size(width, height, fit)
     step = max(1, min(width // shown[0], height // shown[1]))
-    qimage = colour(nearest(arrangement.sampled(step), shown), lut)
-    return RenderedMosaic(arrangement, lut, qimage, (qimage.height(), qimage.width()) == (height, width))
+    pixels = colour(nearest(arrangement.sampled(step), shown), lut)
+    return RenderedMosaic(arrangement, lut, pixels, pixels.shape == (height, width))
 
 
 def lut_of(picture: PanelPicture) -> str:

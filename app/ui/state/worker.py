@@ -24,8 +24,40 @@ from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 from shiboken6 import Shiboken
 from superqt.utils import FunctionWorker
 
-_collector: GarbageCollector | None = None
+from app.core.allocator import trim
+
 CLOSE_WAIT_MS = 1200  # how long a closing window waits for its workers: the window is gone within 2 s regardless
+
+
+class _GuiCollector(GarbageCollector):
+    """pyqtgraph's collector (generation by generation, by the thresholds Python itself uses) plus a full
+    collection on request, at its next check: after a model switch, the old model and the previous run's panels
+    sit in reference cycles (a pyqtgraph plot is a web of them) that the thresholds reach only a full collection
+    many runs later; in an offscreen loop of 100 iterations the window's memory grew by some 150 MB waiting for it
+    (issue 21, item 8; ``tests/ui/test_memory.py``). A full collection here takes a few tens of milliseconds, once
+    per model switch. After it, glibc's malloc is asked to give its freed pages back (``allocator.trim``)."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(interval=interval)
+        self.full_wanted = False
+
+    def check(self) -> None:
+        if not self.full_wanted:
+            super().check()
+            return
+        self.full_wanted = False
+        gc.collect()
+        trim()
+
+
+_collector: _GuiCollector | None = None
+
+
+def collect_fully_soon() -> None:
+    """Ask for a full collection (and a trim of malloc's free pages) on the GUI thread's next collector check: a
+    model was let go of."""
+    if _collector is not None:
+        _collector.full_wanted = True
 
 
 def collect_garbage_on_gui_thread() -> None:
@@ -40,7 +72,7 @@ def collect_garbage_on_gui_thread() -> None:
     global _collector
     if _collector is None:
         gc.freeze()
-        _collector = GarbageCollector(interval=0.5)
+        _collector = _GuiCollector(interval=0.5)
 
 
 class PoolWorker(FunctionWorker):

@@ -44,7 +44,7 @@ from app.ui.state.requests import (
     execute_pictures,
 )
 from app.ui.state.scheduler import RunScheduler
-from app.ui.state.worker import Job, JobRunner
+from app.ui.state.worker import Job, JobRunner, collect_fully_soon
 
 CHECK_KINDS = ("forward", "tensor")  # what a default or --check tick hooks: the Act and Grad columns
 HookChange = tuple[str, str, bool]  # (path, kind, ticked)
@@ -228,6 +228,8 @@ class Workspace(QObject):
         previous_edits = [edit for _, edit, _ in self.registry.edits()] if self.registry is not None else []
         if self.registry is not None:
             self.registry.clear()  # every hook on the old model goes first
+        if not first:
+            collect_fully_soon()  # the old model and its last run's panels wait in reference cycles
         self.loaded = outcome.loaded
         self._weights_in_use = self.weights
         self.loading_what = ""

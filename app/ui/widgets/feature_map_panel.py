@@ -354,6 +354,19 @@ class FeatureMapPanel(QFrame):
         self._set_note("")
         self._set_legend(None)
 
+    def release(self) -> None:
+        """Let go of the pictures (their records hold the run's tensors) when the panel is removed. A pyqtgraph
+        plot is a web of reference cycles (its layout's bound methods, the scene's weak lists), so a removed panel's
+        Python side waits for Python's full collection, which can be many runs away; without this, what it drew
+        waited with it: a removed panel's record and mosaics, tens of MB after a few model switches (issue 21,
+        item 8; ``tests/ui/test_memory.py``)."""
+        self.picture = None
+        self.views = {}
+        self._mosaic.release()
+        self._set_legend(None)
+        if self._bars is not None:
+            self._bars.setOpts(x0=[], height=[])
+
     def show_picture(self, picture: PanelPicture) -> None:
         """The hot path after every run: one ``setImage`` (or one bar item update), a few labels."""
         if self.views:

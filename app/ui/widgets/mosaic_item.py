@@ -50,8 +50,13 @@ class MosaicItem(pg.GraphicsObject):
             self._rect = QRectF(0, 0, w, h)
             self.informViewBoundsChanged()
         self._rendered = rendered
-        self._size = (rendered.qimage.width(), rendered.qimage.height())
+        self._size = rendered.size
         self._full = rendered if rendered.is_full else None
+        self.update()
+
+    def release(self) -> None:
+        """Drop the pictures (the panel is being removed): nothing left to paint."""
+        self._rendered = self._full = None
         self.update()
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt's name)

@@ -432,6 +432,7 @@ class PanelArea(QScrollArea):
         self._sort_keys.pop(ident, None)
         dock = self.docks.pop(ident, None)
         panel.hide()
+        panel.release()  # its pictures go now, not when Python's collector reaches the plot's cycles
         panel.setParent(None)
         panel.deleteLater()
         if dock is not None:

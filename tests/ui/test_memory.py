@@ -1,0 +1,131 @@
+"""The window's memory stays flat (issue 21, item 8).
+
+What kept memory: a removed panel is a pyqtgraph plot, a web of reference cycles, and it held its pictures (their
+records hold the run's tensors) until Python's full collection, which the collector's thresholds reach only many
+runs later; a model switch left the old model's last panels, and sometimes the old model, waiting the same way.
+Now a removed panel lets go of its pictures at once, and a model switch asks the GUI thread's collector for a full
+collection and a trim of malloc's free pages.
+
+The default run checks the mechanism; the loop of 100 iterations that measures it is marked slow:
+``pytest -m slow tests/ui/test_memory.py``."""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import weakref
+
+import numpy as np
+import pytest
+from conftest import RUN_TIMEOUT_MS
+from PIL import Image
+
+from app.ui.state import worker
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _settled(space) -> bool:
+    return not space.loading and not space.scheduler.busy and not space.preparing
+
+
+def test_a_removed_panel_lets_go_of_its_run_at_once(window, qtbot):
+    """Unticking a module removes its panels; the tensor its picture showed is freed then, not when the plot's
+    reference cycles are collected (automatic collection is off in the window: the collector is kept from running
+    here, so only reference counting can free it)."""
+    space, area = window.workspace, window.panel_area
+    ident, panel = next((i, p) for i, p in area.panels.items() if p.picture is not None and p.picture.record is not None)
+    tensor = weakref.ref(panel.picture.record.tensor)
+    path, kind = panel.path, panel.kind
+    del panel
+    collector = worker._collector
+    assert collector is not None and not gc.isenabled()
+    collector.timer.stop()
+    try:
+        space.tick(path, kind, False)
+        qtbot.waitUntil(lambda: ident not in area.panels and _settled(space), timeout=RUN_TIMEOUT_MS)
+        freed = tensor() is None
+        assert freed, "the removed panel still holds the tensor it showed"
+    finally:
+        collector.timer.start()
+
+
+def test_a_model_switch_collects_the_old_model_and_its_panels(window, qtbot):
+    space = window.workspace
+    old = weakref.ref(space.loaded.module)
+    pictures = [weakref.ref(p.picture.record.tensor) for p in window.panel_area.panels.values()
+                if p.picture is not None and p.picture.record is not None]
+    assert pictures
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        space.set_model("mobilenet_v3_small", "none")
+    # Within the collector's next check or two (0.5 s apart), without a collection asked for by this test.
+    qtbot.waitUntil(lambda: old() is None and all(p() is None for p in pictures), timeout=3000)
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_over_a_hundred_iterations(make_window, qtbot, tmp_path):
+    """The loop of the issue: image changes, random ticks, 10 model switches, the scan, visualize and lessons docks
+    opened and closed, 10 visualize and 10 scan jobs started and cancelled. RSS after 100 iterations within 100 MB
+    of iteration 10 (the first iterations load what stays: the second model, the docks' widgets)."""
+    images = []
+    for k in range(4):
+        path = tmp_path / f"p{k}.png"
+        Image.fromarray(np.random.default_rng(k).integers(0, 256, (120 + k, 160, 3), dtype=np.uint8)).save(path)
+        images.append(str(path))
+    folder = tmp_path / "scan"
+    folder.mkdir()
+    for k in range(40):
+        pixels = np.random.default_rng(k + 50).integers(0, 256, (80, 90, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"s{k}.png")
+    window = make_window(remember=False)
+    window.show_dialogs = False
+    space = window.workspace
+    qtbot.waitUntil(lambda: space.last is not None and _settled(space), timeout=RUN_TIMEOUT_MS)
+    space.open_paths(images)
+    qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+    scan, visualize = window.features["scan"], window.features["visualize"]
+    rng = random.Random(0)
+    models = ["mobilenet_v3_small", "resnet18"]
+    rss: dict[int, float] = {}
+    for it in range(1, 101):
+        space.step_image(1 if it % 2 else -1)
+        qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+        paths = [p for p in space.registry.paths if p]
+        space.tick(rng.choice(paths), rng.choice(["forward", "tensor"]), True)
+        ticked = sorted(space.ticked_pairs())
+        while len(ticked) > 4:  # random ticks, but as many panels at the end as at iteration 10
+            pair = ticked.pop(rng.randrange(len(ticked)))
+            space.tick(pair[0], pair[1], False)
+        qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+        for dock in ("scan", "visualize", "lessons"):
+            window.show_dock(dock)
+            qtbot.wait(5)
+            window.dock(dock).setVisible(False)
+            qtbot.wait(5)
+        if it % 10 == 5:
+            space.set_model(models[(it // 10) % 2], "none")
+            qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+        if it % 10 == 7:
+            visualize.steps_box.setValue(5000)
+            if visualize.visualize(paths[1], 1):
+                qtbot.waitUntil(lambda: visualize.progress.value() > 0, timeout=20_000)
+                visualize.cancel()
+            qtbot.waitUntil(lambda: not visualize.running, timeout=20_000)
+        if it % 10 == 8:
+            if not any(kind == "forward" for _, kind in space.ticked_pairs()):
+                space.tick(paths[1], "forward", True)
+                qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+            if scan.scan_folder(str(folder)):
+                qtbot.waitUntil(lambda: scan._scan is not None or not scan.running, timeout=20_000)
+                scan.cancel()
+            qtbot.waitUntil(lambda: not scan.running, timeout=20_000)
+        qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+        qtbot.wait(600)  # one collector check (0.5 s) after whatever this iteration let go of
+        rss[it] = _rss_mb()
+    grown = rss[100] - rss[10]
+    print(f"RSS at iteration 10: {rss[10]:.0f} MB, at 100: {rss[100]:.0f} MB ({grown:+.0f} MB)")
+    assert grown <= 100, f"RSS grew {grown:.0f} MB from iteration 10 to 100 ({rss[10]:.0f} -> {rss[100]:.0f} MB)"
