@@ -38,7 +38,7 @@ if ($Variant -eq "cpu") {
 Run "python" @("-m", "venv", $Venv)
 Run $Py @("-m", "pip", "install", "--upgrade", "pip")
 Run $Py $Torch
-Run $Py @("-m", "pip", "install", ".", "pyinstaller>=6.10,<7")
+Run $Py @("-m", "pip", "install", ".[live]", "pyinstaller>=6.10,<7")  # live: OpenCV, for video files and cameras
 if ($NoSplash) { $env:HOOKSCOPE_SPLASH = "0" } else {
   $env:HOOKSCOPE_SPLASH = "1"
   Run $Py @("-c", "import tkinter")  # the splash needs Tcl/Tk at build time (python.org's installer has it)
@@ -63,6 +63,10 @@ $env:HOOKSCOPE_SELF_TEST_REPORT = "$PWD\build\self-test.txt"
 $p = Start-Process dist\hookscope\hookscope.exe -ArgumentList "--self-test" -Wait -PassThru
 Get-Content $env:HOOKSCOPE_SELF_TEST_REPORT
 if ($p.ExitCode -ne 0) { throw "self-test failed ($($p.ExitCode))" }
+# Its OpenCV and FFmpeg play a video written here through the hooks.
+Run $Py @("packaging\bundle_checks.py", "write-video", "build\check-video.avi")
+$p = Start-Process dist\hookscope\hookscope.exe -ArgumentList @("live", "--video", "build\check-video.avi", "--layers", "layer1", "--frames", "2", "--unpaced", "--bare-runs", "1") -Wait -PassThru
+if ($p.ExitCode -ne 0) { throw "video check failed ($($p.ExitCode))" }
 $env:HOOKSCOPE_VERSION = (Select-String -Path app\__init__.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
 $env:HOOKSCOPE_VARIANT = $Variant
 iscc packaging\hookscope.iss

@@ -82,7 +82,7 @@ step "build environment: $VENV ($VARIANT variant, $OS-$ARCH)"
 run "$PYTHON" -m venv "$VENV"
 run "$VPY" -m pip install --quiet --upgrade pip
 run "${TORCH_INSTALL[@]}"
-run "$VPY" -m pip install --quiet . "pyinstaller>=6.10,<7"
+run "$VPY" -m pip install --quiet ".[live]" "pyinstaller>=6.10,<7"  # live: OpenCV, for video files and cameras
 if [ "$SPLASH" = 1 ]; then
   if [ "$PRINT" = 1 ]; then
     run "$VPY" -c "import tkinter"
@@ -124,6 +124,10 @@ report=build/self-test.txt
 run rm -f "$report"
 run env -i "HOME=$HOME" PATH=/nonexistent "HOOKSCOPE_SELF_TEST_REPORT=$ROOT/$report" dist/hookscope/hookscope --self-test
 [ "$PRINT" = 1 ] || { cat "$report"; du -sh dist/hookscope | awk '{print "bundle size: " $1}'; }
+
+step "video check of the bundle (its OpenCV and FFmpeg play a video written here through the hooks)"
+run "$VPY" packaging/bundle_checks.py write-video build/check-video.avi
+run env -i "HOME=$HOME" PATH=/nonexistent dist/hookscope/hookscope live --video build/check-video.avi --layers layer1 --frames 2 --unpaced --bare-runs 1
 
 if [ "$SKIP" != 1 ]; then
   step "archive"

@@ -4,6 +4,8 @@
     python packaging/bundle_checks.py no-cuda DIR      fails when a CUDA library is in the bundle (the CPU variant)
     python packaging/bundle_checks.py max-size DIR...  fails when a file is 2 GiB or larger (release hosts refuse it)
     python packaging/bundle_checks.py sha256 FILE      writes FILE.sha256 ("HASH  NAME", for sha256sum -c)
+    python packaging/bundle_checks.py write-video FILE.avi   a small video for the bundle's video check (this one
+                                                        command needs OpenCV: the build environment's 'live' extra)
 
 Each prints one line per problem and exits 1 when there is one. The ELF reader is a small one of our own (the
 version-needs table, ``.gnu.version_r``, is all it reads), so the check runs where neither binutils' ``objdump``
@@ -208,9 +210,29 @@ def write_sha256(path: Path) -> Path:
     return out
 
 
+def write_video(path: Path, frames: int = 8, fps: float = 10.0) -> Path:
+    """A small MJPG .avi (moving stripes) for the bundle's video check, written with the build environment's
+    OpenCV (the 'live' extra)."""
+    import cv2  # only this command needs it
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (160, 120))
+    if not writer.isOpened():
+        raise SystemExit(f"bundle_checks: OpenCV cannot write {path}")
+    for index in range(frames):
+        stripes = (np.indices((120, 160)).sum(axis=0) + index * 8) % 64 * 4
+        writer.write(np.repeat(stripes[..., None], 3, axis=2).astype(np.uint8))
+    writer.release()
+    return path
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "write-video":
+        print(f"wrote {write_video(Path(argv[1]))}")
+        return 0
     if len(argv) < 2 or argv[0] not in ("floor", "no-cuda", "max-size", "sha256"):
-        print("usage: bundle_checks.py floor|no-cuda|max-size|sha256 DIR...", file=sys.stderr)
+        print("usage: bundle_checks.py floor|no-cuda|max-size|sha256 DIR... | write-video FILE.avi", file=sys.stderr)
         return 2
     command, folders = argv[0], [Path(a) for a in argv[1:]]
     missing = [str(f) for f in folders if not f.exists()]
