@@ -183,6 +183,13 @@ def test_in_the_window_a_dropped_video_plays_and_closing_the_window_stops_it(win
     qtbot.waitUntil(lambda: window.workspace.image.name.startswith("clip.avi · frame "), timeout=RUN_TIMEOUT_MS)
     qtbot.waitUntil(lambda: not window.workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
     assert "clip.avi · frame " in window.windowTitle()
+    # the status bar keeps the rates from frame to frame (the window's own line about each run does not replace it)
+    qtbot.waitUntil(lambda: ", processed " in window.statusBar().currentMessage(), timeout=RUN_TIMEOUT_MS)
+    shown = live.shown
+    qtbot.waitUntil(lambda: live.shown >= shown + 2, timeout=RUN_TIMEOUT_MS)
+    qtbot.wait(20)
+    assert window.statusBar().currentMessage().startswith(f"{clip}: source ") and " frames dropped" in \
+        window.statusBar().currentMessage()
     window.close()
     assert not live.playing and not stream._thread.is_alive() and stream.source.closed
 

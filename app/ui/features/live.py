@@ -89,6 +89,7 @@ class LiveFeature(QObject):
         self._asked_index: int | None = None
         self._rates_at = time.monotonic()
         self._shown_at_rates = 0
+        self._rates = ""  # the status line of the source's and the processed rates, renewed once a second
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._pump)
@@ -310,6 +311,7 @@ class LiveFeature(QObject):
         self.stop()
         self.stream = LatestFrame(source, paced=True, loop=loop)
         self.shown = self._shown_at_rates = 0
+        self._rates = ""
         self._rates_at = time.monotonic()
         self._asked = None
         self._asked_index = None
@@ -371,14 +373,18 @@ class LiveFeature(QObject):
         if self.recorder is not None and self._asked_index is not None:
             self.recorder.add(self._asked_index, outcome.input_display, outcome.result)
         now = time.monotonic()
-        if now - self._rates_at >= RATES_EVERY_S:
+        if now - self._rates_at >= RATES_EVERY_S:  # the rates over the last second or so
             processed = (self.shown - self._shown_at_rates) / (now - self._rates_at)
             self._rates_at, self._shown_at_rates = now, self.shown
-            self.host.show_status(
-                f"{self.stream.source.info.name}: source {self.stream.source_fps:.1f} fps, processed "
-                f"{processed:.1f} fps, {self.stream.dropped} frames dropped"
-                + (f"; recording to {self.recorder.path}" if self.recorder is not None else ""), 2000,
-            )  # fmt: skip
+            self._rates = (f"{self.stream.source.info.name}: source {self.stream.source_fps:.1f} fps, processed "
+                           f"{processed:.1f} fps, {self.stream.dropped} frames dropped")  # fmt: skip
+        if self._rates:  # after the window's own line about the run (every handler of this run has run by then)
+            QTimer.singleShot(0, self, self._show_rates)
+
+    def _show_rates(self) -> None:
+        if self.stream is not None and self._rates:
+            recording = f"; recording to {self.recorder.path}" if self.recorder is not None else ""
+            self.host.show_status(self._rates + recording, 2000)
 
     def _on_drop(self, paths: list[str]) -> list[str]:
         """A dropped video file plays; everything else is left to the other handlers."""
