@@ -239,15 +239,22 @@ def test_a_recording_to_a_bad_name_is_one_error_and_the_video_plays_on(feature, 
     assert feature.playing and feature.recorder is None
 
 
-def test_a_frame_is_asked_for_without_the_debounce_pause_and_ticks_still_gather(feature, workspace, qtbot, tmp_path):
+def test_a_frame_starts_its_run_at_once_and_ticks_still_gather(workspace, qtbot):
+    from PIL import Image
+
+    from app.ui.state.requests import ImageSource
     from app.ui.state.scheduler import RUN_DEBOUNCE_MS
 
-    timer = workspace.scheduler._timer
-    feature.open_video(write_video(tmp_path / "clip.avi", frames=10, fps=5.0))
-    qtbot.waitUntil(lambda: workspace.wanted_image is not None and " · frame " in workspace.wanted_image.name,
-                    timeout=RUN_TIMEOUT_MS)  # fmt: skip
-    assert timer.interval() == 0  # the frame's run starts on the event loop's next turn: 50 ms a frame saved
-    feature.stop()
-    qtbot.waitUntil(lambda: not workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    scheduler = workspace.scheduler
+    qtbot.waitUntil(lambda: not scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    frame = ImageSource("clip.avi · frame 7", None, Image.new("RGB", (64, 48), (255, 56, 0)))
+    with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS) as applied:
+        workspace.request_image(frame, debounce=False)  # as LiveFeature asks for a frame
+        # the run is on its way before the event loop turns again: no 50 ms pause, no paint before it
+        assert scheduler.runner.running_job is not None and not scheduler._timer.isActive()
+    assert applied.args[0].image == frame
     workspace.tick("layer2", "forward")  # a click in the tree still waits for the rest of a burst
-    assert timer.isActive() and timer.interval() == RUN_DEBOUNCE_MS
+    assert scheduler._timer.isActive() and scheduler._timer.interval() == RUN_DEBOUNCE_MS
+    job = scheduler.runner.running_job  # the frame's job may still be finishing; the tick's has not started
+    assert job is None or job.generation < scheduler.generation
+    qtbot.waitUntil(lambda: not scheduler.busy, timeout=RUN_TIMEOUT_MS)

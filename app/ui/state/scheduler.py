@@ -93,13 +93,19 @@ class RunScheduler(QObject):
         return True
 
     def request_run(self, debounce: bool = True) -> None:
-        """Supersede whatever run is in flight; start the new one after a short pause (``debounce``), or on the
-        event loop's next turn (a video's next frame: no burst of changes to gather, and 50 ms a frame to lose)."""
+        """Supersede whatever run is in flight; start the new one after a short pause (``debounce``), or now (a
+        video's next frame: no burst of changes to gather, and neither the pause nor the paints queued before the
+        next turn of the event loop to wait for)."""
         if self._closed:
             return
         self._latest.value += 1
-        self._timer.start(RUN_DEBOUNCE_MS if debounce else 0)
-        self.busy_changed.emit(True)
+        if debounce:
+            self._timer.start()
+            self.busy_changed.emit(True)
+        else:
+            self._timer.stop()
+            self.busy_changed.emit(True)
+            self._submit_run()
 
     def shutdown(self) -> None:
         """Cancel and wait for the worker; later requests are ignored."""
