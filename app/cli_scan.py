@@ -36,8 +36,9 @@ def build_scan_parser() -> argparse.ArgumentParser:
         prog="hookscope scan",
         description="What excites each channel: over every image in a folder, the top images per channel of each "
         "module (by the channel's maximum, or its mean), where the maximum is, the image region that position sees "
-        "(its receptive field, from the gradient of that one unit), and each channel's statistics over the whole "
-        "set. Writes OUT/scan.json (and with --png one strip of top patches per channel).",
+        "(its receptive field from the architecture; with --exact-boxes the pixels the gradient of that one unit "
+        "reaches), and each channel's statistics over the whole set. Writes OUT/scan.json (and with --png one strip "
+        "of top patches per channel).",
     )
     _add_model_options(parser, default_weights="default")
     _add_model_file_options(parser)
@@ -54,8 +55,11 @@ def build_scan_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=int, default=0, metavar="PX",
                         help="input size in pixels instead of the model's own (its crop; the resize keeps 256/224)")  # fmt: skip
     parser.add_argument("--png", action="store_true", help="also write one PNG strip of the top patches per channel")
-    parser.add_argument("--no-boxes", action="store_true",
-                        help="skip the receptive-field boxes (one gradient pass per top-k entry); boxes are null")  # fmt: skip
+    parser.add_argument("--no-boxes", action="store_true", help="skip the boxes; boxes are null")
+    parser.add_argument("--exact-boxes", action="store_true",
+                        help="every box by the gradient definition: the pixels whose change changes that unit in that "
+                        "image (one gradient pass per top-k entry: minutes); by default a module's box is its "
+                        "receptive field from the architecture, where the architecture allows it")  # fmt: skip
     parser.add_argument(
         "--resume", action="store_true", help="go on with a scan an earlier run of the same command stopped"
     )
@@ -156,7 +160,7 @@ def run_scan_command(args: argparse.Namespace) -> int:
         loaded.preprocess = replace(loaded.preprocess, crop=args.size, resize=args.size * 256 // 224)
     modules = _select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
     settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size,
-                            boxes=not args.no_boxes)  # fmt: skip
+                            boxes=not args.no_boxes, exact_boxes=args.exact_boxes)  # fmt: skip
     _refuse_what_cannot_fit(loaded, settings, len(images), device)
     if args.ray is not None:
         from app.core.scan_ray import RayScan

@@ -57,12 +57,15 @@ from torch import nn
 
 from app.core.batch import READ_AHEAD, read_ahead, write_json_atomically
 from app.core.errors import HookscopeError, ImageError
-from app.core.images import Preprocess, read_image
+from app.core.images import Preprocess, probe_image, read_image
 from app.core.memory_fit import activation_bytes
 from app.core.models import LoadedModel
+from app.core.scan_fields import Field, receptive_fields
 from app.core.scan_results import (
     CHECKPOINT_FILE,
+    FIELD,
     FORMAT_VERSION,
+    GRADIENT,
     SCAN_FILE,
     Box,
     Layout,
@@ -637,6 +640,7 @@ class _State:
     boxes: list[Box | None] | None = None  # in the order of ``_units``, once the box phase has started
     scan_s: float = 0.0
     boxes_s: float = 0.0
+    box_kinds: dict[str, str] | None = None  # per module, the definition its boxes follow (not checkpointed)
 
     def merge(self, number: int, skipped: list[tuple[int, str]], partials: dict[str, ModulePartial], k: int) -> None:
         for path, part in partials.items():
@@ -701,6 +705,7 @@ def scan_fingerprint(loaded: LoadedModel, settings: ScanSettings, images: Sequen
         "by": settings.by,
         "batch_size": settings.batch_size,
         "boxes": settings.boxes,
+        "exact_boxes": settings.exact_boxes,
         "images": len(images),
         "images_sha256": hashlib.sha256(names.encode("utf-8")).hexdigest(),
     }
@@ -764,6 +769,50 @@ def _check_state(state: _State, fingerprint: dict) -> None:
         raise ValueError("its counts are out of range")
 
 
+def _fields(loaded: LoadedModel, state: _State, modules: Sequence[str]) -> dict[str, Field]:
+    """The receptive fields of the scanned modules the architecture allows, at the scan's input size (a module
+    whose field does not match the layout the scan read keeps the gradient definition)."""
+    preprocess = loaded.preprocess
+    found, _reasons = receptive_fields(loaded.module, [p for p in modules if p in state.layouts],
+                                       (preprocess.channels, preprocess.crop, preprocess.crop))  # fmt: skip
+    fields = {}
+    for path, field in found.items():
+        layout = state.layouts[path]
+        if field.whole or (layout.kind == "maps" and (len(field.rows), len(field.cols)) == (layout.height,
+                                                                                             layout.width)):  # fmt: skip
+            fields[path] = field
+    return fields
+
+
+def upright_size(path: Path) -> tuple[int, int]:
+    """An image's (width, height) as ``read_image`` gives it (upright per EXIF), from its header: not decoded."""
+    width, height = probe_image(path)
+    try:
+        with Image.open(path) as opened:
+            orientation = opened.getexif().get(0x0112, 1)
+    except Exception:  # noqa: BLE001 - a broken EXIF block: read_image keeps the picture as stored
+        orientation = 1
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def _field_boxes(paths: Sequence[Path], preprocess: Preprocess, units: Sequence[Unit], fields: dict[str, Field]
+                 ) -> dict[tuple[str, int, int], Box | None]:  # fmt: skip
+    """Receptive-field boxes in original pixels: no model run, each image's header read once for its size."""
+    sizes: dict[int, tuple[int, int] | None] = {}
+    boxes: dict[tuple[str, int, int], Box | None] = {}
+    for path, channel, image, position in units:
+        if image not in sizes:
+            try:
+                sizes[image] = upright_size(paths[image])
+            except ImageError:
+                sizes[image] = None  # gone since the scan: no box
+        field, size = fields[path], sizes[image]
+        y, x = divmod(position, max(1, len(field.cols))) if not field.whole else (0, 0)
+        box = field.box(y, x) if size is not None else None
+        boxes[(path, channel, image)] = original_box(box, size, preprocess) if box is not None else None
+    return boxes
+
+
 def run_scan(
     backend: ScanBackend,
     loaded: LoadedModel,
@@ -822,6 +871,8 @@ def run_scan(
     def stopped() -> bool:
         return cancelled is not None and cancelled()
 
+    boxes: dict[tuple[str, int, int], Box | None] = {}
+
     try:
         # ---- the scan: every image once, batched, no gradients ----
         phase_start = time.perf_counter()
@@ -847,14 +898,23 @@ def run_scan(
             reasons = state.skipped or []
             first = f": {reasons[0][1]}" if reasons else ""
             raise HookscopeError(f"None of the {len(paths)} images could be read{first}")
-        # ---- the boxes: only the final top-k, with gradients ----
+        # ---- the boxes: only the final top-k; by the receptive field where the architecture allows it ----
         if settings.boxes:
             units = _units(state, settings.modules)
-            state.boxes = list(state.boxes or [])
-            chunks = [units[i : i + batch] for i in range(len(state.boxes), len(units), batch)]
             phase_start = time.perf_counter()
-            tell("boxes", len(state.boxes), len(units))
+            tell("boxes", 0, len(units))
+            fields = {} if settings.exact_boxes else _fields(loaded, state, settings.modules)
+            boxes.update(_field_boxes(paths, loaded.preprocess, [u for u in units if u[0] in fields], fields))
+            # the gradient boxes (checkpointed: state.boxes holds them in the order of these units)
+            gradient = [u for u in units if u[0] not in fields]
+            state.boxes = list(state.boxes or [])
+            state.box_kinds = {p: (FIELD if p in fields else GRADIENT) for p in settings.modules}
+            chunks = [gradient[i : i + batch] for i in range(len(state.boxes), len(gradient), batch)]
+            done_fields = len(units) - len(gradient)
+            state.boxes_s += time.perf_counter() - phase_start
+            tell("boxes", done_fields + len(state.boxes), len(units))
             if chunks:
+                phase_start = time.perf_counter()
                 work = backend.boxes(chunks, 0)
                 try:
                     while not stopped():
@@ -862,14 +922,15 @@ def run_scan(
                         if item is None:
                             break
                         state.boxes.extend(item[1])
-                        tell("boxes", len(state.boxes), len(units))
+                        tell("boxes", done_fields + len(state.boxes), len(units))
                         save()
                 finally:
                     work.close()  # type: ignore[attr-defined]
                     state.boxes_s += time.perf_counter() - phase_start
-            if len(state.boxes) < len(units):
-                return _result(loaded, paths, base, settings, state, complete=False)
-        return _result(loaded, paths, base, settings, state, complete=True)
+            boxes.update({(u[0], u[1], u[2]): box for u, box in zip(gradient, state.boxes)})
+            if len(state.boxes) < len(gradient):
+                return _result(loaded, paths, base, settings, state, complete=False, boxes=boxes)
+        return _result(loaded, paths, base, settings, state, complete=True, boxes=boxes)
     finally:
         # stopped, cancelled, interrupted or failed: a resume goes on from here; finished: kept until write_scan
         # has scan.json on disk, so that a full disk loses nothing
@@ -877,11 +938,8 @@ def run_scan(
 
 
 def _result(loaded: LoadedModel, paths: list[Path], root: Path, settings: ScanSettings, state: _State,
-            complete: bool) -> ScanResult:  # fmt: skip
-    boxes: dict[tuple[str, int, int], Box | None] = {}
-    if state.boxes:
-        for unit, box in zip(_units(state, settings.modules), state.boxes):
-            boxes[(unit[0], unit[1], unit[2])] = box
+            complete: bool, boxes: dict[tuple[str, int, int], Box | None] | None = None) -> ScanResult:  # fmt: skip
+    boxes = boxes or {}
     modules = {}
     for path in settings.modules:
         if path not in state.tops:
@@ -898,7 +956,7 @@ def _result(loaded: LoadedModel, paths: list[Path], root: Path, settings: ScanSe
                 entries.append(TopImage(int(image), float(score), y, x, boxes.get((path, channel, int(image)))))
             channels.append(entries)
         modules[path] = ModuleScan(path, layout, channels, moments.mean.copy(), moments.std,
-                                   moments.active_fraction)  # fmt: skip
+                                   moments.active_fraction, (state.box_kinds or {}).get(path))  # fmt: skip
     return ScanResult(
         model={k: v for k, v in loaded.describe().items() if k != "notice"},
         images=[str(p) for p in paths],

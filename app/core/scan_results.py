@@ -11,8 +11,12 @@ scan.json::
                         "stats": {"mean": [...], "std": [...], "active": [...]}}},
      "scan": {how it was made: top, by, batch_size, preprocessing, layouts, processed, skipped, timings}}
 
-Boxes are in the pixels of the image as read (upright per EXIF), the end exclusive (PIL's crop box); a box is null
-where the unit's gradient is zero everywhere or boxes were not computed. A score that is not finite is null.
+Boxes are in the pixels of the image as read (upright per EXIF), the end exclusive (PIL's crop box). Each module says
+which definition its boxes follow (``"boxes"``: one of ``BOX_DEFINITIONS``, or null without boxes): "receptive
+field" (the default where the architecture allows it: every pixel the unit is connected to, ``app.core.scan_fields``)
+or "gradient" (``--exact-boxes``, and any module the field cannot be carried to: the pixels whose change changes the
+unit in that image). A box is null where boxes were not computed or a gradient box is empty (the unit's gradient is
+zero everywhere). A score that is not finite is null.
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ CHECKPOINT_FILE = "scan.partial.json"  # a stopped (or finished, not yet written
 FORMAT_VERSION = 1
 MAX_SCAN_BYTES = 1 << 30  # a scan.json of every channel of a large model is tens of MB
 RANKINGS = ("max", "mean")
+FIELD, GRADIENT = "receptive field", "gradient"
+BOX_DEFINITIONS = {
+    FIELD: "the bounding box of every input pixel the unit is connected to through the network (its receptive "
+    "field, from the architecture: the gradient box with every ReLU passing and every max-pool open); the same for "
+    "every image",
+    GRADIENT: "the bounding box of the input pixels where the unit's gradient in that image is nonzero (a pixel is "
+    "in it iff changing it changes the unit, to first order); null where the gradient is zero everywhere",
+}
 
 Box = tuple[int, int, int, int]  # (x0, y0, x1, y1), pixels, the end exclusive (as PIL's crop takes it)
 
@@ -46,13 +58,15 @@ Box = tuple[int, int, int, int]  # (x0, y0, x1, y1), pixels, the end exclusive (
 @dataclass(frozen=True)
 class ScanSettings:
     """What to scan: ``modules`` (paths), ``top`` images per channel ranked ``by`` "max" or "mean", ``batch_size``
-    images per forward pass (and units per gradient pass), ``boxes``: compute the receptive-field boxes."""
+    images per forward pass (and units per gradient pass), ``boxes``: compute the boxes; ``exact_boxes``: every box
+    by the gradient definition (else the receptive field where the architecture allows it)."""
 
     modules: tuple[str, ...]
     top: int = 9
     by: str = "max"
     batch_size: int = 32
     boxes: bool = True
+    exact_boxes: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", tuple(dict.fromkeys(self.modules)))
@@ -137,6 +151,7 @@ class ModuleScan:
     mean: np.ndarray
     std: np.ndarray
     active: np.ndarray  # fraction of images where the channel's maximum is > 0
+    boxes: str | None = None  # the definition its boxes follow (BOX_DEFINITIONS), None without boxes
 
     @property
     def channels(self) -> int:
@@ -167,6 +182,7 @@ class ScanResult:
         for path, module in self.modules.items():
             modules[path] = {
                 "channels": module.channels,
+                "boxes": module.boxes,
                 "top": [[{"image": t.image, "score": _float(t.score), "y": t.y, "x": t.x,
                           "box": list(t.box) if t.box is not None else None} for t in channel]
                         for channel in module.top],
@@ -183,6 +199,8 @@ class ScanResult:
                 "by": self.settings.by,
                 "batch_size": self.settings.batch_size,
                 "boxes": self.settings.boxes,
+                "exact_boxes": self.settings.exact_boxes,
+                "box_definitions": BOX_DEFINITIONS if self.settings.boxes else {},
                 "preprocessing": self.preprocessing,
                 "layouts": {path: m.layout.describe() for path, m in self.modules.items()},
                 "processed": self.processed,
@@ -201,7 +219,8 @@ class ScanResult:
             extra = data.get("scan", {})
             images = [_text(p) for p in data["images"]]
             settings = ScanSettings(tuple(data["modules"]), _count(extra.get("top", 9)), str(extra.get("by", "max")),
-                                    _count(extra.get("batch_size", 32)), bool(extra.get("boxes", True)))  # fmt: skip
+                                    _count(extra.get("batch_size", 32)), bool(extra.get("boxes", True)),
+                                    bool(extra.get("exact_boxes", False)))  # fmt: skip
             layouts = extra.get("layouts", {})
             modules = {}
             for path, entry in data["modules"].items():
@@ -217,7 +236,10 @@ class ScanResult:
                          for k in ("mean", "std", "active")]  # fmt: skip
                 if any(len(values) != layout.channels for values in stats):
                     raise ValueError(f"the statistics of '{path}' are not one per channel")
-                modules[path] = ModuleScan(path, layout, top, *stats)
+                definition = entry.get("boxes", GRADIENT if settings.boxes else None)  # before: always the gradient
+                if definition is not None and definition not in BOX_DEFINITIONS:
+                    raise ValueError(f"'{path}' has boxes of unknown definition {definition!r}")
+                modules[path] = ModuleScan(path, layout, top, *stats, boxes=definition)
             skipped = [(_index(s["image"], len(images)), str(s["reason"])) for s in extra.get("skipped", [])]
             return cls(
                 model=data.get("model", {}), images=images, root=str(extra.get("root", "")),

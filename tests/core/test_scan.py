@@ -208,7 +208,8 @@ def test_boxes_equal_an_independent_gradient_per_unit_on_resnet(small, tmp_path)
         _picture(tmp_path / f"p{seed}.png", size, seed + 20)
     images = find_images(tmp_path)
     modules = ("bn1", "maxpool", "layer1.0.conv1")
-    result = scan_images(loaded, images, ScanSettings(modules, top=2, batch_size=16))
+    result = scan_images(loaded, images, ScanSettings(modules, top=2, batch_size=16, exact_boxes=True))
+    assert all(result.modules[path].boxes == "gradient" for path in modules)
     model = copy.deepcopy(small.module).eval()
     empty = 0
     for path in modules:
@@ -266,7 +267,8 @@ def test_an_unreadable_file_is_skipped_with_its_reason(small, folder, tmp_path):
 
 def test_a_stopped_scan_resumes_to_the_same_result(small, folder, tmp_path):
     images = find_images(folder, recursive=True)
-    settings = ScanSettings(("layer1", "layer1.0.conv1"), top=1, batch_size=4)
+    # gradient boxes: a box phase long enough to stop in (the default fields take one step)
+    settings = ScanSettings(("layer1", "layer1.0.conv1"), top=1, batch_size=4, exact_boxes=True)
     fresh = scan_images(small, images, settings, out_dir=tmp_path / "fresh")
     assert (tmp_path / "fresh" / CHECKPOINT_FILE).exists()  # a finished scan keeps its checkpoint until
     write_scan(fresh, tmp_path / "fresh")  # scan.json is on disk (a full disk must not lose it)
@@ -305,7 +307,9 @@ def test_scan_json_has_exactly_the_documented_schema(small, folder, tmp_path):
     assert {"model", "images", "modules"} <= set(data) and set(data) - {"model", "images", "modules"} == {"scan"}
     assert data["images"] == [str(p) for p in images]
     module = data["modules"]["layer1.0.conv1"]
-    assert set(module) == {"channels", "top", "stats"} and module["channels"] == 64 and len(module["top"]) == 64
+    assert set(module) == {"channels", "boxes", "top", "stats"} and module["channels"] == 64 and len(module["top"]) == 64
+    assert module["boxes"] == "receptive field" and set(data["scan"]["box_definitions"]) == {"receptive field",
+                                                                                           "gradient"}  # fmt: skip
     assert set(module["stats"]) == {"mean", "std", "active"} and all(len(v) == 64 for v in module["stats"].values())
     entry = module["top"][0][0]
     assert set(entry) == {"image", "score", "y", "x", "box"}
