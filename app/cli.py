@@ -1,4 +1,4 @@
-"""The ``hookscope`` command: the window by default, headless ``export`` and ``bench`` subcommands.
+"""The ``hookscope`` command: the window by default, and headless subcommands (``SUBCOMMANDS``).
 
 Every error a user can cause ends in one readable line on stderr and a non-zero exit; ``--debug`` shows the
 traceback instead.
@@ -18,6 +18,7 @@ import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Wi
 
 from app import __version__
 from app.cli_live import build_live_parser, frame_range, run_export_video, run_live
+from app.cli_progress import ProgressLine, end_progress_lines, stop_on_signals
 from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
 from app.core.allocator import keep_freed_memory
 from app.core.errors import HookscopeError
@@ -28,6 +29,22 @@ if TYPE_CHECKING:
     from app.core.pipeline import ModelSource
 
 SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan", "live")
+SUMMARIES = {  # one line each in 'hookscope --help'
+    "export": "run images (a file, a folder, a session, a video) through a hooked model; write what the hooks saw",
+    "scan": "a dataset scan: each channel's top images and where in them it fires",
+    "visualize": "dream a channel: optimise an image that excites it",
+    "lessons": "the hook lessons of the window's Help > Learn the hooks, run and checked on a model",
+    "live": "a video file or a camera through a hooked model, frame by frame",
+    "bench": "time hooked against bare runs (also --batch, --scan)",
+    "download": "download a model's pretrained weights into the torch hub cache",
+}
+# --weights when not given, for every command that has it: the pretrained weights where the torch hub cache has
+# them (hookscope download), else random ones seeded by --seed, with a notice that says so.
+DEFAULT_WEIGHTS = "default"
+WEIGHTS_HELP = (
+    "'default' (pretrained, from the torch hub cache; random with a notice when they are not there), 'none' "
+    "(random, seeded by --seed) or a state_dict file (default: default)"
+)
 BUILD_NOTE_AFTER_S = 2.0  # a model that takes longer to build is named, with how to stop it
 
 
@@ -52,16 +69,15 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
-def _add_model_options(parser: argparse.ArgumentParser, default_weights: str) -> None:
+def _add_model_options(parser: argparse.ArgumentParser, default_weights: str = DEFAULT_WEIGHTS) -> None:
+    """--model, --weights, --seed and --device, which mean the same in every command (``default_weights``: only
+    for a command whose weights do not matter, such as bench's timings)."""
     parser.add_argument(
         "--model", default="resnet18", help="torchvision model name, or timm/NAME when timm is installed (default: resnet18)"
     )
-    parser.add_argument(
-        "--weights",
-        default=default_weights,
-        help="'none' (random, seeded), 'default' (pretrained, from the torch hub cache) or a state_dict file",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed for random weights (default: 0)")
+    parser.add_argument("--weights", default=default_weights, help=WEIGHTS_HELP if default_weights == DEFAULT_WEIGHTS
+                        else WEIGHTS_HELP.replace("(default: default)", f"(default: {default_weights})"))  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="seed of random weights (default: 0)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
 
 
@@ -88,14 +104,16 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     gui = argparse.ArgumentParser(
         prog="hookscope",
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
-        epilog=f"Headless subcommands: {', '.join(SUBCOMMANDS)} ('hookscope SUBCOMMAND --help' for each). "
-        "The user guide: Help > User guide in the window.",
+        epilog="headless subcommands ('hookscope SUBCOMMAND --help' for each):\n"
+        + "".join(f"  {name:<10} {SUMMARIES[name]}\n" for name in SUBCOMMANDS)
+        + "\nThe user guide: Help > User guide in the window.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     gui.add_argument(
         "images", nargs="*", metavar="IMAGE",
         help="images to open: the first is shown, the rest wait in the image list (default: the sample photograph)",
     )
-    _add_model_options(gui, default_weights="default")
+    _add_model_options(gui)
     gui.add_argument("--screenshot", metavar="OUT.png", help="save a screenshot of the window after the run and exit")
     gui.add_argument("--check", type=_csv, metavar="PATH,PATH", help="modules to tick (in the --ticks columns)")
     gui.add_argument("--ticks", metavar="in,act,grad,gradin", help="which columns --check ticks (default: act,grad)")
@@ -109,7 +127,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     gui.add_argument("--version", action="version", version=f"hookscope {__version__}")
 
     export = argparse.ArgumentParser(prog="hookscope export", description="Run images through a hooked model and write what the hooks saw.")
-    _add_model_options(export, default_weights="none")
+    _add_model_options(export)
     export.add_argument("--image", action="append", help="image file (repeat for several)")
     export.add_argument("--images", metavar="DIR", help="every image in a folder: one subfolder each plus summary.csv")
     export.add_argument("--recursive", action="store_true", help="with --images: look in subfolders too")
@@ -174,33 +192,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     gui, export, bench, download = build_parsers()
     if args_list and args_list[0] in SUBCOMMANDS:
-        parser, command = {
-            "export": (export, run_export),
-            "bench": (bench, run_bench),
-            "download": (download, run_download),
-            "visualize": (build_visualize_parser(), run_visualize),
-            "lessons": (build_lessons_parser(), run_lessons),
-            "scan": (build_scan_parser(), run_scan_command),
-            "live": (build_live_parser(), run_live),
+        build, command = {  # only the parser asked for is built (lessons' imports the lessons)
+            "export": (lambda: export, run_export),
+            "bench": (lambda: bench, run_bench),
+            "download": (lambda: download, run_download),
+            "visualize": (build_visualize_parser, run_visualize),
+            "lessons": (build_lessons_parser, run_lessons),
+            "scan": (build_scan_parser, run_scan_command),
+            "live": (build_live_parser, run_live),
         }[args_list[0]]
-        args = parser.parse_args(args_list[1:])
+        args = build().parse_args(args_list[1:])
     else:
         args = gui.parse_intermixed_args(args_list)  # files after options too, as a desktop's %F passes them
         command = run_window
     try:
         return command(args)
     except HookscopeError as error:
+        end_progress_lines()  # every error on its own line, never glued to a progress line
         if args.debug:
             raise
         print(f"hookscope: error: {error}", file=sys.stderr)
         return 2
     except Terminated:
+        end_progress_lines()
         print("hookscope: stopped (SIGTERM)", file=sys.stderr)
         return SIGTERM_EXIT
     except KeyboardInterrupt:
+        end_progress_lines()
         print("hookscope: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # a bug, not the user's fault: still one line unless asked
+        end_progress_lines()
         if args.debug:
             raise
         print(f"hookscope: unexpected error: {type(error).__name__}: {error} (run with --debug for details)", file=sys.stderr)
@@ -403,40 +425,51 @@ def run_export(args: argparse.Namespace) -> int:
     resolve_device(args.device)
     images = [read_image(path) for path in args.image]  # fail on a bad image before the slow part
     _edits(args)  # and on a bad --edit
-    loaded = load_for_cli(args)
-    with HookRegistry(loaded.module) as registry:
-        others = register_for_cli(registry, args, loaded.preprocess)
-        for name, image, folder in zip(args.image, images, _output_folders(args.image, Path(args.out))):
-            result = run_image(
-                loaded, registry, image, device=args.device, target=args.target, others=others,
-                baseline=bool(args.edit),
-            )  # fmt: skip
-            manifest = write_run(result, loaded, folder, image=name, kinds=tuple(args.hooks), png=not args.no_png)
-            _add_edits_to_manifest(folder, manifest, args, result)
-            top = result.top5[0] if result.top5 else None
-            best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
-            print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
-            _warn_non_finite(manifest)
-        _write_script(args, loaded, registry, args.image[0], args.target, args.device)
+    with sigterm_raises():  # kill PID stops like Ctrl-C: one line, exit 143
+        loaded = load_for_cli(args)
+        with HookRegistry(loaded.module) as registry:
+            others = register_for_cli(registry, args, loaded.preprocess)
+            folders = _output_folders(args.image, Path(args.out))
+            for index, (name, image, folder) in enumerate(zip(args.image, images, folders)):
+                with _export_progress(name, index, len(images)) as line:
+                    line.stage("running the model")
+                    result = run_image(
+                        loaded, registry, image, device=args.device, target=args.target, others=others,
+                        baseline=bool(args.edit),
+                    )  # fmt: skip
+                    line.stage("writing the files")
+                    manifest = write_run(result, loaded, folder, image=name, kinds=tuple(args.hooks),
+                                         png=not args.no_png, progress=line.update)  # fmt: skip
+                _report_export(name, folder, manifest, args, result)
+            _write_script(args, loaded, registry, args.image[0], args.target, args.device)
     return 0
 
 
-def _batch_progress(report_every: float = 0.2):
-    """One stderr line redrawn in place: "12/100 images, 3.1 img/s, skipped 1"."""
-    import time
+def _export_progress(name: str, index: int, count: int) -> ProgressLine:
+    """The progress line of one image's export: the run, then every file written (most of the time: the PNGs)."""
+    return ProgressLine(f"export {name}" + (f" ({index + 1} of {count})" if count > 1 else ""), "files")
 
-    last = [0.0]
+
+def _report_export(name: str, folder: Path, manifest: dict, args: argparse.Namespace, result) -> None:
+    """After one image's export: the edits into its manifest, its line on stdout, a warning for NaN or inf."""
+    _add_edits_to_manifest(folder, manifest, args, result)
+    top = result.top5[0] if result.top5 else None
+    best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
+    print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
+    _warn_non_finite(manifest)
+
+
+def _batch_progress(line: ProgressLine):
+    """The batch's progress on ``line``: "12/100 images (12%), 3.1 images/s, about 28 s left, cat.jpg, skipped 1";
+    the rate and the time left count only the images run in this call (not those an earlier run finished)."""
 
     def show(progress) -> None:
-        now = time.monotonic()
-        if now - last[0] < report_every and progress.handled < progress.total:
-            return
-        last[0] = now
-        text = f"{progress.handled}/{progress.total} images, {progress.rate:.1f} img/s, skipped {progress.skipped}"
+        what = [progress.image]
+        if progress.skipped:
+            what.append(f"skipped {progress.skipped}")
         if progress.resumed:
-            text += f", {progress.resumed} done earlier"
-        sys.stderr.write(f"\r{text}  ")
-        sys.stderr.flush()
+            what.append(f"{progress.resumed} done earlier")
+        line.update(progress.handled, progress.total, ", ".join(what), rate=progress.rate)
 
     return show
 
@@ -467,23 +500,26 @@ def run_export_batch(args: argparse.Namespace) -> int:
         hint = " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
         raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
     _edits(args)  # a bad --edit fails before the slow part
-    loaded = load_for_cli(args)
-    with HookRegistry(loaded.module) as registry:
-        others = register_for_cli(registry, args, loaded.preprocess)
-        report = None
-        try:
-            report = run_batch(
-                loaded, registry, images, out, root=folder, device=args.device, target=args.target,
-                kinds=tuple(args.hooks), png=not args.no_png, resume=args.resume, progress=_batch_progress(),
-                others=others, manifest_extra={"edits": list(args.edit)} if args.edit else None,
-            )  # fmt: skip
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.stderr.write("\n")  # end the progress line
+    report, stopped_by = None, ""
+    try:
+        with sigterm_raises():  # kill PID stops like Ctrl-C: the images finished so far stay, for --resume
+            loaded = load_for_cli(args)
+            with HookRegistry(loaded.module) as registry, ProgressLine("export", "images") as line:
+                others = register_for_cli(registry, args, loaded.preprocess)
+                report = run_batch(
+                    loaded, registry, images, out, root=folder, device=args.device, target=args.target,
+                    kinds=tuple(args.hooks), png=not args.no_png, resume=args.resume, progress=_batch_progress(line),
+                    others=others, manifest_extra={"edits": list(args.edit)} if args.edit else None,
+                )  # fmt: skip
+    except Terminated:
+        stopped_by = "stopped (SIGTERM)"
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
     if report is None:
-        print("hookscope: interrupted; run the same command with --resume to go on where it stopped.", file=sys.stderr)
-        return 130
+        written = _finished_images(images, folder, out)
+        print(f"hookscope: {stopped_by}; {written} of {len(images)} images are written in {out}; run the same "
+              "command with --resume to go on where it stopped.", file=sys.stderr)  # fmt: skip
+        return SIGTERM_EXIT if stopped_by.endswith("(SIGTERM)") else 130
     for _name, reason in report.skipped:
         print(f"hookscope: skipped: {reason}", file=sys.stderr)
     if not report.finished:
@@ -493,6 +529,13 @@ def run_export_batch(args: argparse.Namespace) -> int:
     skipped = f"; {len(report.skipped)} skipped" if report.skipped else ""
     print(f"{report.finished} of {report.total} images written to {out}{earlier}{skipped}; summary: {report.summary_csv}")
     return 0
+
+
+def _finished_images(images: list, root: Path, out: Path) -> int:
+    """How many of a batch's images have a finished folder (its done.json), this run's and earlier runs'."""
+    from app.core.batch import DONE_FILE, folder_names
+
+    return sum((out / name / DONE_FILE).is_file() for name in folder_names(images, root))
 
 
 def run_export_session(args: argparse.Namespace) -> int:
@@ -542,22 +585,23 @@ def run_export_session(args: argparse.Namespace) -> int:
         for line in lines + edit_lines:
             print(f"hookscope: {line}", file=sys.stderr)
         edits = argparse.Namespace(edit=[edit.spec for edit in registry.enabled_edits()])
-        for name, image, folder in zip(images, pictures, _output_folders(images, Path(args.out))):
-            result = run_image(
-                loaded, registry, image, device=device, target=session.target, others=others,
-                baseline=bool(edits.edit),
-            )  # fmt: skip
-            if name == images[0]:
-                _write_script(args, loaded, registry, name, session.target, device)
-            manifest = write_run(
-                result, loaded, folder, image=name, kinds=session.kinds, png=not args.no_png,
-                colormap=session.colormap, scaling=session.scaling,
-            )  # fmt: skip
-            _add_edits_to_manifest(folder, manifest, edits, result)
-            top = result.top5[0] if result.top5 else None
-            best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
-            print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
-            _warn_non_finite(manifest)
+        folders = _output_folders(images, Path(args.out))
+        for index, (name, image, folder) in enumerate(zip(images, pictures, folders)):
+            with _export_progress(name, index, len(images)) as line, sigterm_raises():
+                line.stage("running the model")
+                result = run_image(
+                    loaded, registry, image, device=device, target=session.target, others=others,
+                    baseline=bool(edits.edit),
+                )  # fmt: skip
+                if name == images[0]:
+                    line.end_line()
+                    _write_script(args, loaded, registry, name, session.target, device)
+                line.stage("writing the files")
+                manifest = write_run(
+                    result, loaded, folder, image=name, kinds=session.kinds, png=not args.no_png,
+                    colormap=session.colormap, scaling=session.scaling, progress=line.update,
+                )  # fmt: skip
+            _report_export(name, folder, manifest, edits, result)
     return 0
 
 
@@ -674,15 +718,9 @@ def build_visualize_parser() -> argparse.ArgumentParser:
         description="Dream a channel: optimise an image that excites one channel of a module (activation "
         "maximisation, read through a forward hook), and write it as a picture.",
     )
-    parser.add_argument("--model", default="resnet18", help="torchvision model name, or timm/NAME (default: resnet18)")
-    parser.add_argument(
-        "--weights",
-        default="default",
-        help="'default' (pretrained, from the torch hub cache; random with a notice when not there), 'none' "
-        "(random) or a state_dict file",
-    )
-    parser.add_argument("--weights-seed", type=int, default=0, help="seed for random weights (default: 0)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    _add_model_options(parser)
+    # the old spelling of --seed (before --seed became the weights' seed here too, as in every command)
+    parser.add_argument("--weights-seed", type=int, dest="seed", help=argparse.SUPPRESS)
     _add_model_file_options(parser)
     parser.add_argument("--layer", required=True, metavar="PATH", help="the module to read, e.g. layer3.1")
     what = parser.add_mutually_exclusive_group()
@@ -690,17 +728,22 @@ def build_visualize_parser() -> argparse.ArgumentParser:
     what.add_argument("--direction", metavar="FILE", help="a direction over the layer's channels (.npy or text)")
     parser.add_argument("--steps", type=int, default=256, help="optimisation steps (default: 256)")
     parser.add_argument("--size", type=int, default=224, help="image size in pixels (default: 224)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the optimisation: one seed, one image (default: 0)")
+    parser.add_argument("--opt-seed", type=int, default=0, metavar="N",
+                        help="seed of the optimisation: one seed, one image (default: 0)")  # fmt: skip
     parser.add_argument("--negative", action="store_true", help="minimise instead: what the channel responds to least")
     parser.add_argument("--images", type=int, default=1, metavar="N", help="several images side by side (default: 1)")
     parser.add_argument("--diversity", type=float, default=0.0, metavar="W", help="with --images: make them differ")
-    parser.add_argument("--out", required=True, metavar="FILE.png", help="the picture to write")
+    parser.add_argument("--out", required=True, metavar="FILE.png",
+                        help="the picture to write (after Ctrl-C or SIGTERM: the picture so far)")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
 def run_visualize(args: argparse.Namespace) -> int:
-    """visualize: optimise an image for a channel; one final line with the objective and the time per step."""
+    """visualize: optimise an image for a channel; one final line with the objective and the time per step.
+
+    Ctrl-C or SIGTERM stops at the next step: the picture so far is written, and one line says so (exit 130 or 143).
+    """
     import numpy as np
     from PIL import Image
 
@@ -717,36 +760,34 @@ def run_visualize(args: argparse.Namespace) -> int:
         raise HookscopeError(f"Cannot write '{out}': the folder '{out.parent}' does not exist.", path=str(out))
     direction = load_direction(args.direction) if args.direction else None
     objective = Objective(args.layer, args.channel, direction=direction, negative=args.negative)
-    settings = VisualizeSettings(steps=args.steps, size=args.size, seed=args.seed, images=args.images,
-                                 diversity=args.diversity, device=str(resolve_device(args.device)))
-    loaded = load_for_cli(argparse.Namespace(**{**vars(args), "seed": args.weights_seed}))
-    loaded.module.to(settings.device)
-    find_module(loaded.module, args.layer)  # a wrong name first, in its own words
-    need, free = memory_need(loaded.module, loaded.preprocess, args.layer), available_memory(settings.device)
-    refuse_unless_fits("one image", args.size, lambda size: need(size, 1), 16, free, "--size")
-    refuse_unless_fits(f"images of {args.size}x{args.size} pixels", args.images,
-                       lambda images: need(args.size, images), 1, free, "--images")  # fmt: skip
+    settings = VisualizeSettings(steps=args.steps, size=args.size, seed=args.opt_seed, images=args.images,
+                                 diversity=args.diversity, device=str(resolve_device(args.device)))  # fmt: skip
+    with sigterm_raises():  # kill PID while the model loads: one line, exit 143
+        loaded = load_for_cli(args)
+        loaded.module.to(settings.device)
+        find_module(loaded.module, args.layer)  # a wrong name first, in its own words
+        need, free = memory_need(loaded.module, loaded.preprocess, args.layer), available_memory(settings.device)
+        refuse_unless_fits("one image", args.size, lambda size: need(size, 1), 16, free, "--size")
+        refuse_unless_fits(f"images of {args.size}x{args.size} pixels", args.images,
+                           lambda images: need(args.size, images), 1, free, "--images")  # fmt: skip
 
-    drawn = []
-
-    def show(step: int, value: float, _image: object) -> None:
-        drawn.append(step)
-        sys.stderr.write(f"\rstep {step}/{settings.steps}, objective {value:.4g}  ")
-        sys.stderr.flush()
-
-    try:
-        result = visualize(loaded.module, objective, loaded.preprocess, settings, progress=show)
-    finally:
-        if drawn:
-            sys.stderr.write("\n")  # end the progress line (an error before the first step stays one line)
+    with ProgressLine("visualize", "steps") as line, stop_on_signals() as stop:
+        line.stage(f"{objective.describe()}, {settings.steps} steps")
+        result = visualize(loaded.module, objective, loaded.preprocess, settings, cancelled=stop,
+                           progress=lambda step, value, _image: line.update(step, settings.steps,
+                                                                             f"objective {value:.4g}"))  # fmt: skip
     strip = np.concatenate(result.images, axis=1) if len(result.images) > 1 else result.image
     try:
         Image.fromarray(strip).save(out)
     except (OSError, ValueError) as error:
         raise HookscopeError(f"Cannot write '{out}': {error}", path=str(out)) from error
+    if stop.requested:
+        print(f"hookscope: stopped ({stop.signal_name}) after {result.steps_done} of {settings.steps} steps; the "
+              f"picture so far: {out}", file=sys.stderr)  # fmt: skip
+        return stop.exit_status
     print(
         f"{objective.describe()} of {loaded.display_name} ({loaded.weights_text}), {result.steps_done} steps at "
-        f"{settings.size}x{settings.size}, seed {settings.seed}: objective {result.objective_start:.4g} -> "
+        f"{settings.size}x{settings.size}, opt-seed {settings.seed}: objective {result.objective_start:.4g} -> "
         f"{result.objective_end:.4g}; {result.step_ms:.1f} ms per step vs a bare forward+backward "
         f"{result.bare_ms:.1f} ms (ratio {result.ratio:.2f}, median of {len(result.pair_ratios)} adjacent pairs) -> {out}"
     )
@@ -756,13 +797,15 @@ def run_visualize(args: argparse.Namespace) -> int:
 
 
 def build_lessons_parser() -> argparse.ArgumentParser:
+    from app.core.lessons import LESSONS
+
     parser = argparse.ArgumentParser(
         prog="hookscope lessons",
-        description="The four hooks, one lesson each (as in the window's Help > Learn the hooks): list the lessons, "
-        "or run every one on a model with real hooks and check that it reproduces its claim (--run-all; exit 0 "
-        "when every lesson does, 1 otherwise).",
+        description=f"The four hooks in {len(LESSONS)} lessons (as in the window's Help > Learn the hooks): list "
+        "the lessons, or run every one on a model with real hooks and check that it reproduces its claim "
+        "(--run-all; exit 0 when every lesson does, 1 otherwise).",
     )
-    _add_model_options(parser, default_weights="none")
+    _add_model_options(parser)
     _add_model_file_options(parser)
     parser.add_argument("--image", metavar="PATH", help="image A (default: the bundled sample photograph)")
     parser.add_argument(
@@ -796,13 +839,16 @@ def run_lessons(args: argparse.Namespace) -> int:
     if inputs.note:
         print(f"hookscope: {inputs.note}", file=sys.stderr)
     failed = []
-    for item in LESSONS:
-        result = item.run(loaded.module, inputs.x, picks=inputs.picks, other=inputs.other,
-                          model_code=model_code_for(loaded), other_text=other.name)  # fmt: skip
-        print(result_line(result), flush=True)
-        if not result.ok:
-            failed.append(item.id)
-            print(f"hookscope: {item.id}: {result.claim}", file=sys.stderr)
+    with ProgressLine("lessons", "lessons") as line:
+        for index, item in enumerate(LESSONS):
+            line.update(index, len(LESSONS), f"running {item.id}")
+            result = item.run(loaded.module, inputs.x, picks=inputs.picks, other=inputs.other,
+                              model_code=model_code_for(loaded), other_text=other.name)  # fmt: skip
+            line.echo(result_line(result), file=sys.stdout)
+            if not result.ok:
+                failed.append(item.id)
+                line.echo(f"hookscope: {item.id}: {result.claim}")
+        line.update(len(LESSONS), len(LESSONS))
     size = "x".join(map(str, inputs.x.shape[-2:]))
     if failed:
         print(f"hookscope: {len(failed)} of {len(LESSONS)} lessons failed on {loaded.display_name} at {size}: "

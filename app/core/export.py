@@ -95,6 +95,7 @@ def write_run(
     extra: Mapping[str, Any] | None = None,
     helper: Executor | None = None,
     files: DropBehind | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> dict:
     """Write ``result`` into ``out`` and return the manifest that was written (PNGs through ``colormap``).
 
@@ -107,16 +108,22 @@ def write_run(
     The array files and the manifest are written through ``files`` (``app.core.drop_behind``), which the caller
     settles: a batch waits for the disk while the model runs the next image. Without it, the arrays are on disk
     before the manifest is written, and the manifest before this returns.
+
+    ``progress(done, total, what)`` is called after each file this thread writes (an archive, a picture; ``what``
+    names it), ``total`` counting the array files and the pictures: with every module hooked the pictures are most
+    of the time (``hookscope export`` draws its progress line from it).
     """
     if files is None:
         with DropBehind() as own:
             manifest, text = _write_files(result, loaded, out, image, kinds, png, colormap, scaling, tree, extra,
-                                          helper, own)  # fmt: skip
+                                          helper, own, progress)  # fmt: skip
             own.settle()  # the arrays are on disk before a manifest says they are there
             with own.create(out / "manifest.json") as stream:
                 stream.write(text.encode())
         return manifest
-    manifest, text = _write_files(result, loaded, out, image, kinds, png, colormap, scaling, tree, extra, helper, files)
+    manifest, text = _write_files(
+        result, loaded, out, image, kinds, png, colormap, scaling, tree, extra, helper, files, progress
+    )
     with files.create(out / "manifest.json") as stream:
         stream.write(text.encode())
     return manifest
@@ -135,6 +142,7 @@ def _write_files(
     extra: Mapping[str, Any] | None,
     helper: Executor | None,
     files: DropBehind,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> tuple[dict, str]:
     """``write_run`` but the manifest, which it returns with its text."""
     out.mkdir(parents=True, exist_ok=True)
@@ -143,13 +151,25 @@ def _write_files(
     save_array(files, out / "input.npy", np.ascontiguousarray(result.input.numpy()))
     writes = _array_files(result, out, kinds, files)
     handed = [(helper.submit(save), save) for save in writes] if helper is not None else []
+    pictures = [(kind, record) for kind in kinds for record in result.of_kind(kind)] if png else []
+    total, done = len(writes) + len(pictures), 0
+
+    def tell(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, what)
+
     try:
         if helper is None:
             for save in writes:
                 save()
-        if png:
-            for kind in kinds:
-                _write_pictures(result.of_kind(kind), out / "png" / kind, colormap, scaling)
+                tell(save.args[1].name)
+        else:
+            done = len(writes)  # the helper's: counted as they are handed over (this thread does not see them end)
+        for kind, record in pictures:
+            _write_picture(record, out / "png" / kind, colormap, scaling)
+            tell(f"png/{kind}/{file_stem(record.key)}.png")
         manifest = build_manifest(result, loaded, image=image, kinds=kinds, tree=tree)
         manifest.update(extra or {})
         text = json.dumps(manifest, indent=2)
@@ -175,9 +195,9 @@ def _write_archive(files: DropBehind, path: Path, arrays: Mapping[str, np.ndarra
         save_npz(stream, arrays)
 
 
-def _array_files(result: RunResult, out: Path, kinds: tuple[str, ...], files: DropBehind) -> list[Callable[[], object]]:
-    """A write for every array file of ``result`` but input.npy."""
-    writes: list[Callable[[], object]] = []
+def _array_files(result: RunResult, out: Path, kinds: tuple[str, ...], files: DropBehind) -> list[partial[None]]:
+    """A write for every array file of ``result`` but input.npy (``write.args[1]``: the file's path)."""
+    writes: list[partial[None]] = []
     if result.input_grad is not None:
         writes.append(partial(save_array, files, out / "input_grad.npy", result.input_grad.numpy()))
     for kind in kinds:
@@ -186,11 +206,10 @@ def _array_files(result: RunResult, out: Path, kinds: tuple[str, ...], files: Dr
     return writes
 
 
-def _write_pictures(records: Sequence[Record], folder: Path, colormap: str, scaling: str) -> None:
+def _write_picture(record: Record, folder: Path, colormap: str, scaling: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for record in records:
-        picture = picture_image(record_picture(record), scaling)
-        write_png(picture, folder / f"{file_stem(record.key)}.png", colormap)
+    picture = picture_image(record_picture(record), scaling)
+    write_png(picture, folder / f"{file_stem(record.key)}.png", colormap)
 
 
 def build_manifest(
