@@ -1,8 +1,9 @@
 """``hookscope scan``: what excites each channel, over a folder of images (``app.core.scan``), on this machine or on
 a Ray cluster (``--ray``). Kept apart from ``app.cli`` (which registers it) because it is a command of its own size.
 
-Progress is one line on stderr; Ctrl-C stops at the next batch, writes the checkpoint and says how to go on
-(``--resume``); a second Ctrl-C stops at once. Errors are one line, as everywhere in the command line.
+Progress, with the time left, is one line redrawn on a terminal and plain lines otherwise, on stderr; Ctrl-C (exit
+130) or SIGTERM (exit 143) stops at the next batch, writes the checkpoint and says how to go on (``--resume``) in one
+line; a second one stops at once. Errors are one line, as everywhere in the command line.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -54,7 +54,12 @@ def build_scan_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--size", type=int, default=0, metavar="PX",
                         help="input size in pixels instead of the model's own (its crop; the resize keeps 256/224)")  # fmt: skip
-    parser.add_argument("--png", action="store_true", help="also write one PNG strip of the top patches per channel")
+    parser.add_argument("--png", action="store_true",
+                        help="also write one PNG strip of the top patches per channel, each patch with its score and "
+                        "image file name")  # fmt: skip
+    parser.add_argument("--html", action="store_true",
+                        help="also write OUT/index.html: a static page (one per module) of every channel's top images "
+                        "with their boxes, scores and file names, to open in any browser")  # fmt: skip
     parser.add_argument("--no-boxes", action="store_true", help="skip the boxes; boxes are null")
     parser.add_argument("--exact-boxes", action="store_true",
                         help="every box by the gradient definition: the pixels whose change changes that unit in that "
@@ -72,59 +77,84 @@ def build_scan_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ray-gpus", type=float, default=0.0, metavar="G", help="with --ray: GPUs per actor (default: 0)"
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (and, with --ray, Ray's own log lines)")
     return parser
 
 
 class _Interrupt:
-    """Ctrl-C asks the scan to stop at the next batch (it then writes its checkpoint); a second Ctrl-C stops now."""
+    """Ctrl-C or SIGTERM asks the scan to stop at the next batch (it then writes its checkpoint); a second one stops
+    now. Ctrl-C says so on its line; SIGTERM (a service manager, ``kill``) is answered by one line at the end."""
 
     def __init__(self) -> None:
         self.asked = False
+        self.terminated = False  # the stop came from SIGTERM: exit 143, not 130
+        self.line_drawn = lambda: False  # whether a progress line is drawn on the terminal (and not ended)
 
-    def __call__(self, _signum: int, _frame: object) -> None:
+    def __call__(self, signum: int, _frame: object) -> None:
+        from app.core.termination import Terminated
+
+        term = signum == getattr(signal, "SIGTERM", None)
         if self.asked:
-            raise KeyboardInterrupt
+            raise Terminated(f"signal {signum}") if term or self.terminated else KeyboardInterrupt
         self.asked = True
-        sys.stderr.write("\nhookscope: stopping after this batch (Ctrl-C again to stop now)\n")
-        sys.stderr.flush()
+        self.terminated = term
+        if not term:  # written here, without the progress line's lock: the handler may run while it is held
+            start = "\n" if self.line_drawn() else ""
+            sys.stderr.write(f"{start}hookscope: stopping after this batch (Ctrl-C again to stop now)\n")
+            sys.stderr.flush()
 
 
 @contextmanager
-def _ctrl_c() -> Iterator[_Interrupt]:
+def _stop_signals() -> Iterator[_Interrupt]:
+    """Ctrl-C and SIGTERM both go to one ``_Interrupt`` while the scan runs (the main thread only)."""
     interrupt = _Interrupt()
+    signals = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if s is not None]
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGINT, interrupt)
-    except ValueError:  # not the main thread (a test calling main() from a thread): Ctrl-C stays as it is
-        yield interrupt
-        return
+        for number in signals:
+            previous[number] = signal.signal(number, interrupt)
+    except ValueError:  # not the main thread (a test calling main() from a thread): the signals stay as they are
+        pass
     try:
         yield interrupt
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
-def _progress(report_every: float = 0.2):
-    """One stderr line redrawn in place: "scan: 120/1000 images, 35.2 img/s, skipped 1" / "boxes: 40/576"."""
-    last = [0.0]
+UNITS = {"scan": "images", "boxes": "top-k entries", "PNG strips": "strips", "page": "module pages"}
 
-    def show(progress) -> None:
-        now = time.monotonic()
-        if now - last[0] < report_every and progress.done < progress.total:
-            return
-        last[0] = now
-        if progress.phase == "scan":
-            text = (
-                f"scan: {progress.done}/{progress.total} images, {progress.rate:.1f} img/s, skipped {progress.skipped}"
-            )
-        else:
-            text = f"receptive fields: {progress.done}/{progress.total} top-k entries"
-        sys.stderr.write(f"\r{text}   ")
-        sys.stderr.flush()
-        show.drawn = True
 
-    show.drawn = False
-    return show
+class _Progress:
+    """The scan's progress on stderr, every phase (the scan, the boxes, the strips, the page), each with its rate and
+    the time left: ``app.cli_progress.ProgressLine``, one line redrawn on a terminal, plain lines elsewhere."""
+
+    def __init__(self, stream=None, report_every: float | None = None, plain_every: float | None = None) -> None:
+        self.stream = stream
+        self.every = {k: v for k, v in (("tty_every_s", report_every), ("plain_every_s", plain_every)) if v is not None}
+        self._phase: str | None = None
+        self._line = None
+
+    @property
+    def drawn(self) -> bool:
+        return self._line is not None and bool(self._line._drawn)
+
+    def __call__(self, progress) -> None:
+        from app.cli_progress import ProgressLine
+
+        if progress.phase != self._phase:
+            if self._line is not None:
+                self._line.close()
+            self._phase = progress.phase
+            self._line = ProgressLine(progress.phase, UNITS.get(progress.phase, "done"), stream=self.stream,
+                                      **self.every)  # fmt: skip
+        what = f"{progress.skipped} skipped" if progress.phase == "scan" and progress.skipped else ""
+        self._line.update(progress.done, progress.total, what)
+
+    def end_line(self) -> None:
+        """End the line drawn so far, so that what follows starts on its own."""
+        if self._line is not None:
+            self._line.end_line()
 
 
 def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
@@ -143,7 +173,9 @@ def run_scan_command(args: argparse.Namespace) -> int:
     from app.core.batch import find_images
     from app.core.devices import resolve_device
     from app.core.scan import CHECKPOINT_FILE, LocalScan, ScanSettings, run_scan, write_scan
+    from app.core.scan_page import write_page
     from app.core.scan_results import write_strips
+    from app.core.termination import SIGTERM_EXIT, Terminated
 
     if args.size < 0:
         raise HookscopeError(f"--size must be a number of pixels (or 0 for the model's own), not {args.size}.")
@@ -167,12 +199,15 @@ def run_scan_command(args: argparse.Namespace) -> int:
 
         source = replace(model_source(args), preprocess=loaded.preprocess)
         backend = RayScan(source, settings, images, address=args.ray or None, actors=args.ray_actors,
-                          gpus=args.ray_gpus, device=device)  # fmt: skip
+                          gpus=args.ray_gpus, device=device, quiet=not args.debug)  # fmt: skip
     else:
         backend = LocalScan(loaded, settings, images, device)
-    show = _progress()
+    show = _Progress()
+    stop_code = 130
+    strips = pages = 0
     try:
-        with _ctrl_c() as interrupt:
+        with _stop_signals() as interrupt:
+            interrupt.line_drawn = lambda: show.drawn
             result = run_scan(backend, loaded, images, settings, root=folder, out_dir=out, resume=args.resume,
                               progress=show, cancelled=lambda: interrupt.asked)  # fmt: skip
             if result.complete:
@@ -182,43 +217,62 @@ def run_scan_command(args: argparse.Namespace) -> int:
                     raise HookscopeError(f"{error} The finished scan is kept in '{out / CHECKPOINT_FILE}': make "
                                          "room and run the same command with --resume to write it.",
                                          path=error.path) from error  # fmt: skip
-                strips = write_strips(result, out, cancelled=lambda: interrupt.asked) if args.png else 0
+                if args.png:
+                    strips = write_strips(result, out, progress=_counter(show, "PNG strips"),
+                                          cancelled=lambda: interrupt.asked)  # fmt: skip
+                if args.html and not interrupt.asked:
+                    pages = write_page(result, out, progress=_counter(show, "page"),
+                                       cancelled=lambda: interrupt.asked)  # fmt: skip
+            stop_code = SIGTERM_EXIT if interrupt.terminated else 130
     except HookscopeError:
-        if show.drawn:
-            sys.stderr.write("\n")  # the error starts a line of its own
+        show.end_line()  # the error starts a line of its own
         raise
-    except KeyboardInterrupt:
-        if show.drawn:
-            sys.stderr.write("\n")
-        print("hookscope: interrupted; run the same command with --resume to go on where it stopped.", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        show.end_line()
+        signal_name = " (SIGTERM)" if isinstance(stop, Terminated) else ""
+        print(f"hookscope: stopped{signal_name}; run the same command with --resume to go on where it stopped.",
+              file=sys.stderr)  # fmt: skip
+        return SIGTERM_EXIT if isinstance(stop, Terminated) else 130
     finally:
         close = getattr(backend, "close", None)
         if close is not None:
             close()
-    if show.drawn:
-        sys.stderr.write("\n")  # end the progress line
+    show.end_line()
+    said = " (SIGTERM)" if stop_code == SIGTERM_EXIT else ""
     if not result.complete:
-        print(f"hookscope: stopped after {result.processed} of {len(images)} images; run the same command with "
-              "--resume to go on where it stopped.", file=sys.stderr)  # fmt: skip
-        return 130
+        print(f"hookscope: stopped{said} after {result.processed} of {len(images)} images; run the same command "
+              "with --resume to go on where it stopped.", file=sys.stderr)  # fmt: skip
+        return stop_code
     for _index, reason in result.skipped:
         print(f"hookscope: skipped: {reason}", file=sys.stderr)
     skipped = f" ({len(result.skipped)} skipped)" if result.skipped else ""
     rate = result.processed / result.scan_s if result.scan_s > 0 else 0.0
-    boxes = f", receptive fields in {result.boxes_s:.1f} s" if settings.boxes else ", no receptive fields (--no-boxes)"
+    kinds = sorted({m.boxes for m in result.modules.values() if m.boxes})
+    boxes = f", boxes ({' and '.join(kinds)}) in {result.boxes_s:.1f} s" if settings.boxes else ", no boxes (--no-boxes)"
     where = " on Ray" if args.ray is not None else ""
     print(f"{len(modules)} module{'s' if len(modules) != 1 else ''} of {loaded.display_name} over "
           f"{result.processed} images{skipped}{where}: {rate:.1f} img/s{boxes} -> {path}")  # fmt: skip
+    total = sum(m.channels for m in result.modules.values())
     if args.png:
-        total = sum(m.channels for m in result.modules.values())
         if strips < total:
-            print(
-                f"hookscope: interrupted after {strips} of {total} PNG strips; scan.json is complete.", file=sys.stderr
-            )
-            return 130
+            print(f"hookscope: stopped{said} after {strips} of {total} PNG strips; scan.json is complete.",
+                  file=sys.stderr)  # fmt: skip
+            return stop_code
         print(f"{strips} PNG strips of the top {settings.top} patches per channel -> {out / 'png'}")
+    if args.html:
+        if pages < len(result.modules):
+            print(f"hookscope: stopped{said} before the HTML page was written; scan.json is complete.",
+                  file=sys.stderr)  # fmt: skip
+            return stop_code
+        print(f"a page of every channel's top images, to open in a browser -> {out / 'index.html'}")
     return 0
+
+
+def _counter(show: _Progress, what: str):
+    """A (done, total) callback drawn by the scan's progress line, as a phase of its own."""
+    from app.core.scan import ScanProgress
+
+    return lambda done, total: show(ScanProgress(what, done, total, 0, 0, 0.0))
 
 
 def run_bench_scan(args: argparse.Namespace) -> int:

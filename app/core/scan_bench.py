@@ -6,9 +6,10 @@ forward under ``torch.no_grad``; nothing hooked, nothing kept. The scan is ``sca
 field boxes: the hooks, their per-channel reductions, the running top-k and statistics, as one scan of the whole
 folder (as ``hookscope scan`` makes it). The two alternate over the same files, bare-scan then scan-bare and so on
 (``rounds`` passes of each), so a machine that gets busier or quieter during the measurement tilts neither side.
-The boxes are a fixed cost (one gradient pass per top-k entry: modules x channels x
-k, however many images there are): they are timed apart, on up to 16 entries per module of the last scan, and the
-whole box phase is estimated from that.
+The last scan pass also computes the default boxes (receptive fields from the architecture, where it allows them),
+timed apart from its scan: their share of the whole scan is printed. The exact boxes (``--exact-boxes``: one gradient
+pass per top-k entry, modules x channels x k, however many images there are) are timed on up to 16 entries per
+module of the last scan, and that whole box phase is estimated from them.
 
 Run it with ``hookscope bench --scan`` or ``python -m app.core.scan_bench``.
 """
@@ -54,8 +55,17 @@ class ScanBenchResult:
     scan_s: float
     rounds: tuple[tuple[float, float], ...]  # (bare_s, scan_s) per round
     box_ms: dict[str, float]  # per module: milliseconds per top-k entry's box
-    box_estimate_s: float  # the whole box phase (every module, channel and rank), from box_ms
+    box_estimate_s: float  # the whole --exact-boxes phase (every module, channel and rank), from box_ms
     top: int = 9
+    boxes_s: float = 0.0  # the default box phase of the last scan pass
+    last_scan_s: float = 0.0  # the scan phase of that pass
+    box_definitions: tuple[str, ...] = ()  # per module, what its default boxes are
+
+    @property
+    def box_share(self) -> float:
+        """The default box phase's share of the whole scan (scan phase + box phase) of the last pass."""
+        total = self.boxes_s + self.last_scan_s
+        return self.boxes_s / total if total > 0 else 0.0
 
     @property
     def ratio(self) -> float:
@@ -128,19 +138,21 @@ def scan_benchmark(
         timings: list[tuple[float, float]] = []
         for index in range(max(1, rounds)):
             say(f"round {index + 1}/{rounds}")
+            settings = replace(plain, boxes=True) if index == max(1, rounds) - 1 else plain  # the last: boxes too
             if index % 2:
-                result = scan_images(loaded, images, plain)
+                result = scan_images(loaded, images, settings)
                 bare = bare_batched_pass(loaded.module, loaded.preprocess, images, batch_size)
             else:
                 bare = bare_batched_pass(loaded.module, loaded.preprocess, images, batch_size)
-                result = scan_images(loaded, images, plain)
+                result = scan_images(loaded, images, settings)
             timings.append((bare, result.scan_s))
         say("timing receptive-field boxes")
         box_ms = box_timings(loaded, result)
         estimate = sum(box_ms[p] * m.channels * top for p, m in result.modules.items()) / 1000
         return ScanBenchResult(
             model, len(images), list(modules), batch_size, loaded.preprocess.crop, sum(t[0] for t in timings),
-            sum(t[1] for t in timings), tuple(timings), box_ms, estimate, top,
+            sum(t[1] for t in timings), tuple(timings), box_ms, estimate, top, result.boxes_s, result.scan_s,
+            tuple(str(m.boxes) for m in result.modules.values()),
         )  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -158,9 +170,11 @@ def report(result: ScanBenchResult) -> list[str]:
         f"{result.images * len(result.rounds) / result.scan_s:.2f} img/s, ratio {result.ratio:.3f}",
         f"per-pass ratios ({torch.get_num_threads()} torch threads; median {median:.3f}): "
         + ", ".join(f"{r:.2f}" for r in rounds),
-        "receptive-field boxes (a fixed cost, not per image), ms per top-k entry: "
+        f"boxes (default: {', '.join(sorted(set(result.box_definitions)))}): {result.boxes_s:.2f} s after a "
+        f"{result.last_scan_s:.2f} s scan, {100 * result.box_share:.1f}% of the whole scan",
+        "--exact-boxes (gradient boxes, a fixed cost, not per image), ms per top-k entry: "
         + ", ".join(f"{path} {ms:.0f}" for path, ms in result.box_ms.items())
-        + f"; the whole box phase (every channel, top {result.top}) would take about {result.box_estimate_s:.0f} s",
+        + f"; that box phase (every channel, top {result.top}) would take about {result.box_estimate_s:.0f} s",
     ]
 
 

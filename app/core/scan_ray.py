@@ -76,6 +76,7 @@ class RayScan:
         cpus: float = 1.0,
         gpus: float = 0.0,
         device: str = "cpu",
+        quiet: bool = True,
     ) -> None:
         if not ray_available():
             raise HookscopeError(INSTALL_HINT)
@@ -86,10 +87,12 @@ class RayScan:
         self.source, self.settings = source, settings
         self.paths = [str(p) for p in paths]
         self.actors, self.cpus, self.gpus, self.device = actors, cpus, gpus, device
+        self.quiet = quiet
         self.started = False
+        _quiet_loggers(quiet)
         if not ray.is_initialized():
             try:
-                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+                ray.init(address=address, logging_level="ERROR" if quiet else "INFO", log_to_driver=not quiet)
             except Exception as error:  # a wrong address, a cluster that does not answer
                 raise HookscopeError(f"Cannot connect to Ray{f' at {address}' if address else ''}: "
                                      f"{_first_line(error)}") from error  # fmt: skip
@@ -117,7 +120,7 @@ class RayScan:
             return
         import ray
 
-        with _ordered_quiet_data():
+        with _ordered_quiet_data(self.quiet):
             dataset = ray.data.from_items([{"number": n, "work": pickle.dumps(work)} for n, work in rows])
             dataset = dataset.map_batches(
                 ScanActor,
@@ -138,19 +141,42 @@ class RayScan:
                 raise _unwrapped(error) from error
 
 
+RAY_LOGGERS = ("ray", "ray.data", "ray.util", "ray._private", "ray.serve", "ray.train", "ray.tune")
+
+
+def _quiet_loggers(quiet: bool) -> None:
+    """Ray's and Ray Data's own logging lines (a local cluster started, an execution plan, a dataset's progress)
+    go only with ``hookscope scan --ray --debug``: else their loggers say errors only."""
+    import logging
+
+    if not quiet:
+        return
+    import ray.data  # noqa: F401 - Ray Data sets its loggers up when imported: quieted after that
+
+    for name in RAY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 @contextmanager
-def _ordered_quiet_data() -> Iterator[None]:
-    """Ray Data keeping the rows' order and drawing no progress bars on the terminal, for this scan only."""
+def _ordered_quiet_data(quiet: bool = True) -> Iterator[None]:
+    """Ray Data keeping the rows' order and drawing no progress bars (nor, when ``quiet``, the lines it prints as
+    an execution starts) on the terminal, for this scan only."""
     import ray
 
     context = ray.data.DataContext.get_current()
-    saved = (context.execution_options.preserve_order, context.enable_progress_bars)
+    names = ("enable_progress_bars", "print_on_execution_start", "enable_operator_progress_bars")
+    saved_order = context.execution_options.preserve_order
+    saved = {name: getattr(context, name) for name in names if hasattr(context, name)}
     context.execution_options.preserve_order = True
-    context.enable_progress_bars = False
+    for name in saved:
+        setattr(context, name, False if (quiet or name == "enable_progress_bars") else saved[name])
+    _quiet_loggers(quiet)
     try:
         yield
     finally:
-        context.execution_options.preserve_order, context.enable_progress_bars = saved
+        context.execution_options.preserve_order = saved_order
+        for name, value in saved.items():
+            setattr(context, name, value)
 
 
 def _unwrapped(error: BaseException) -> BaseException:

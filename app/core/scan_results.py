@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from app.core.batch import write_json_atomically
 from app.core.errors import HookscopeError, ImageError
@@ -373,14 +373,43 @@ class PatchReader:
             tile.paste(fitted, ((size - fitted.width) // 2, (size - fitted.height) // 2))
         return np.asarray(tile)
 
-    def strip(self, path: str, channel: int, size: int = 96, gap: int = 2) -> np.ndarray:
-        """The channel's top patches side by side, best first (uint8 RGB, height ``size``)."""
+    def strip(self, path: str, channel: int, size: int = 96, gap: int = 2, labels: bool = True) -> np.ndarray:
+        """The channel's top patches side by side, best first (uint8 RGB, height ``size``), each with its score and
+        its image's file name under it (``labels``: a band of ``LABEL_HEIGHT`` pixels)."""
         entries = self.result.top(path, channel)
         count = max(1, len(entries))
-        strip = np.full((size, count * size + (count - 1) * gap, 3), 255, dtype=np.uint8)
+        band = LABEL_HEIGHT if labels else 0
+        strip = np.full((size + band, count * size + (count - 1) * gap, 3), 255, dtype=np.uint8)
         for rank, entry in enumerate(entries):
-            strip[:, rank * (size + gap) : rank * (size + gap) + size] = self.patch(entry, size)
-        return strip
+            strip[:size, rank * (size + gap) : rank * (size + gap) + size] = self.patch(entry, size)
+        if not labels:
+            return strip
+        picture = Image.fromarray(strip)
+        draw = ImageDraw.Draw(picture)
+        font = ImageFont.load_default()
+        for rank, entry in enumerate(entries):
+            left = rank * (size + gap) + 2
+            name = fit_text(Path(self.result.images[entry.image]).name, draw, font, size - 4)
+            draw.text((left, size + 2), f"{entry.score:.4g}", fill=(0, 0, 0), font=font)
+            draw.text((left, size + 15), name, fill=(70, 70, 70), font=font)
+        return np.asarray(picture)
+
+
+LABEL_HEIGHT = 28  # two lines under each patch: its score, its image's file name
+
+
+def fit_text(text: str, draw: ImageDraw.ImageDraw, font: ImageFont.ImageFont, width: int) -> str:
+    """``text`` as it fits in ``width`` pixels: whole, or its start and end around an ellipsis (the extension
+    stays)."""
+    if draw.textlength(text, font=font) <= width:
+        return text
+    keep = len(text)
+    while keep > 2:
+        keep -= 1
+        head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :]
+        if draw.textlength(f"{head}…{tail}", font=font) <= width:
+            return f"{head}…{tail}"
+    return text[:1] + "…"
 
 
 def module_folder_name(path: str) -> str:
@@ -391,7 +420,8 @@ def module_folder_name(path: str) -> str:
 def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
                  progress: Callable[[int, int], None] | None = None,
                  cancelled: Callable[[], bool] | None = None) -> int:  # fmt: skip
-    """One PNG strip of top patches per channel: ``out_dir``/png/MODULE/channel-0007.png. Returns the count."""
+    """One PNG strip of top patches per channel, each patch labelled with its score and image file name:
+    ``out_dir``/png/MODULE/channel-0007.png. Returns the count."""
     reader = PatchReader(result)
     total = sum(m.channels for m in result.modules.values())
     written = 0

@@ -371,7 +371,7 @@ def test_cli_writes_scan_json_and_png_strips(folder, tmp_path, capsys):
     assert data["modules"]["layer2"]["top"][0][0]["box"] is None  # --no-boxes
     strips = sorted((out / "png" / "layer2").glob("channel-*.png"))
     assert len(strips) == 128 and len(list((out / "png" / "layer1.0.conv1").glob("*.png"))) == 64
-    assert Image.open(strips[0]).size == (2 * 96 + 2, 96)
+    assert Image.open(strips[0]).size == (2 * 96 + 2, 96 + 28)  # each patch with its score and file name under it
     assert "-> " in captured.out and "192 PNG strips" in captured.out
 
 
@@ -430,6 +430,7 @@ def test_bench_scan_prints_both_throughputs_the_ratio_and_the_box_cost(capsys):
     assert code == 0
     assert "bare batched inference" in out and "img/s, ratio " in out and "per-pass ratios" in out
     assert "ms per top-k entry: layer1 " in out and ", fc " in out
+    assert "boxes (default: receptive field): " in out and "% of the whole scan" in out
 
 
 def test_cli_ray_without_ray_installed_is_one_line(folder, tmp_path, capsys, monkeypatch):
