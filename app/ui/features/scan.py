@@ -149,6 +149,7 @@ class ScanFeature(QObject):
         top.addWidget(self.cancel_button)
         top.addWidget(self.save_button)
         self.strip = QHBoxLayout()
+        self._strip_buttons: list[QToolButton] = []
         self.strip.setSpacing(4)
         self.strip.addStretch(1)
         self.stats = QLabel("")
@@ -464,10 +465,11 @@ class ScanFeature(QObject):
 
     def _clear_strip(self) -> None:
         self.entries = []
-        while self.strip.count() > 1:  # the stretch at the end stays
-            item = self.strip.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        # By the buttons themselves, not takeAt() (a Python wrapper over a layout item Qt frees: panel_area.py).
+        for button in self._strip_buttons:
+            self.strip.removeWidget(button)
+            button.deleteLater()
+        self._strip_buttons = []
 
     def _show_patches(self, path: str, channel: int, entries: list[TopImage], patches: list[np.ndarray]) -> None:
         assert self.result is not None
@@ -486,6 +488,7 @@ class ScanFeature(QObject):
             button.setObjectName(f"scan_patch_{rank}")
             button.clicked.connect(partial(self.open_image, entry.image))
             self.strip.insertWidget(rank, button)
+            self._strip_buttons.append(button)
         module = result.modules[path]
         by = "maximum" if result.settings.by == "max" else "mean"
         self.stats.setText(

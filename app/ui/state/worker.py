@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,24 +31,37 @@ CLOSE_WAIT_MS = 1200  # how long a closing window waits for its workers: the win
 
 
 class _GuiCollector(GarbageCollector):
-    """pyqtgraph's collector (generation by generation, by the thresholds Python itself uses) plus a full
-    collection on request, at its next check: after a model switch, the old model and the previous run's panels
-    sit in reference cycles (a pyqtgraph plot is a web of them) that the thresholds reach only a full collection
-    many runs later; in an offscreen loop of 100 iterations the window's memory grew by some 150 MB waiting for it
-    (issue 21, item 8; ``tests/ui/test_memory.py``). A full collection here takes a few tens of milliseconds, once
-    per model switch. After it, glibc's malloc is asked to give its freed pages back (``allocator.trim``)."""
+    """pyqtgraph's collector (generation by generation, by the thresholds Python itself uses) plus full
+    collections: at the next check after a model switch (``collect_fully_soon``), and once the pool is idle after
+    work ended, at most every ``FULL_EVERY_S``. Removed panels (a pyqtgraph plot is a web of reference cycles), a
+    cancelled scan's or visualization's state and an old model sit in cycles that the thresholds reach only with a
+    full collection many runs later: in an offscreen loop of 100 iterations the window's memory grew by 150-240 MB
+    waiting for it, and stays flat with these (issue 21, item 8; ``tests/ui/test_memory.py``). After each, glibc's
+    malloc gives its freed pages back (``allocator.trim``): a pool thread's arena keeps them otherwise. A full
+    collection takes a few tens of milliseconds on the GUI thread, so never while work runs (a live video's frames
+    are never idle: its memory is held flat by the frames' own reuse)."""
+
+    FULL_EVERY_S = 10.0
 
     def __init__(self, interval: float) -> None:
         super().__init__(interval=interval)
         self.full_wanted = False
+        self.work_ended = False
+        self.last_full = time.monotonic()
+        self.full_collections = 0
 
     def check(self) -> None:
-        if not self.full_wanted:
+        now = time.monotonic()
+        idle = QThreadPool.globalInstance().activeThreadCount() == 0
+        due = self.work_ended and idle and now - self.last_full >= self.FULL_EVERY_S
+        if not (self.full_wanted or due):
             super().check()
             return
-        self.full_wanted = False
+        self.full_wanted = self.work_ended = False
         gc.collect()
         trim()
+        self.last_full = time.monotonic()
+        self.full_collections += 1
 
 
 _collector: _GuiCollector | None = None
@@ -58,6 +72,12 @@ def collect_fully_soon() -> None:
     model was let go of."""
     if _collector is not None:
         _collector.full_wanted = True
+
+
+def note_work_ended() -> None:
+    """Background work ended: a full collection is due once the pool is idle (see ``_GuiCollector``)."""
+    if _collector is not None:
+        _collector.work_ended = True
 
 
 def collect_garbage_on_gui_thread() -> None:
@@ -156,6 +176,8 @@ class _WorkerKeeper(QObject):
             if sys.getrefcount(worker) <= self.UNHELD or worker.ended_seen:
                 done.append(worker)
             worker.ended_seen = True
+        if done:
+            note_work_ended()
         for worker in done:
             self.workers.discard(worker)
             worker.empty()

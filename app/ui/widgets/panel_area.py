@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from shiboken6 import Shiboken
 from superqt import QElidingLabel
 
 from app.core.hooks import Record, record_key
@@ -61,6 +62,7 @@ class ModuleCard(QFrame):
         self.title.setElideMode(Qt.TextElideMode.ElideLeft)
         self.title.setToolTip(path or "(the whole model)")
         self._grid = QGridLayout()
+        self._in_grid: list[FeatureMapPanel] = []  # the panels the grid holds
         self._grid.setContentsMargins(0, 0, 0, 0)
         self._grid.setSpacing(CARD_SPACING)
         layout = QVBoxLayout(self)
@@ -113,8 +115,12 @@ class ModuleCard(QFrame):
         if placed == self._placed:
             return
         self._placed = placed
-        while self._grid.count():
-            self._grid.takeAt(0)
+        # Taken out by name, not by takeAt(): a layout item taken from Python gets a Python wrapper over an object
+        # Qt made and may free without PySide knowing (see PanelArea._place_rows).
+        for panel in self._in_grid:
+            if Shiboken.isValid(panel):
+                self._grid.removeWidget(panel)
+        self._in_grid = self.panels()
         for column in range(self._grid.columnCount()):
             self._grid.setColumnStretch(column, 0)
         if self.stacked:
@@ -200,6 +206,7 @@ class PanelArea(QScrollArea):
         self._hint.setWordWrap(True)
         outer.addWidget(self._hint, 1)
         self._rows = QVBoxLayout()  # one QHBoxLayout of cards per row
+        self._lines: list[tuple[QHBoxLayout, list[ModuleCard]]] = []  # those rows, with the cards in each
         self._rows.setSpacing(CARD_SPACING)
         outer.addLayout(self._rows)
         outer.addStretch(1)  # spare height goes below the rows, not into the panels
@@ -542,13 +549,17 @@ class PanelArea(QScrollArea):
                 card.fit_width(card_width, max_height - card.title_height())
 
     def _place_rows(self, rows: list[list[tuple[ModuleCard, int]]]) -> None:
-        while self._rows.count():
-            item = self._rows.takeAt(0)
-            line = item.layout()
-            if line is not None:
-                while line.count():
-                    line.takeAt(0)
-                line.deleteLater()
+        # The old lines are taken apart through what this object made and holds (removeWidget, removeItem), never
+        # through takeAt(): that hands Python a second wrapper, as a QLayoutItem, over the line, and wrappers over
+        # items Qt made and frees itself outlive them in PySide's table of wrappers. Each line is then freed here,
+        # at once (no parent, no Python reference), not by a deferred delete.
+        for line, cards in self._lines:
+            for card in cards:
+                if Shiboken.isValid(card):
+                    line.removeWidget(card)
+            self._rows.removeItem(line)
+            line.setParent(None)
+        self._lines = []
         for row in rows:
             line = QHBoxLayout()
             line.setSpacing(CARD_SPACING)
@@ -557,6 +568,7 @@ class PanelArea(QScrollArea):
                 card.show()
             line.addStretch(1)
             self._rows.addLayout(line)
+            self._lines.append((line, [card for card, _ in row]))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
