@@ -104,8 +104,8 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     gui = argparse.ArgumentParser(
         prog="hookscope",
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
-        epilog="headless subcommands ('hookscope SUBCOMMAND --help' for each):\n"
-        + "".join(f"  {name:<10} {SUMMARIES[name]}\n" for name in SUBCOMMANDS)
+        epilog="Headless subcommands: ('hookscope SUBCOMMAND --help' for the options of each)\n"
+        + "".join(f"  {name:<10} {SUMMARIES.get(name, '')}\n" for name in SUBCOMMANDS)
         + "\nThe user guide: Help > User guide in the window.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -772,7 +772,6 @@ def run_visualize(args: argparse.Namespace) -> int:
                            lambda images: need(args.size, images), 1, free, "--images")  # fmt: skip
 
     with ProgressLine("visualize", "steps") as line, stop_on_signals() as stop:
-        line.stage(f"{objective.describe()}, {settings.steps} steps")
         result = visualize(loaded.module, objective, loaded.preprocess, settings, cancelled=stop,
                            progress=lambda step, value, _image: line.update(step, settings.steps,
                                                                              f"objective {value:.4g}"))  # fmt: skip
@@ -839,7 +838,7 @@ def run_lessons(args: argparse.Namespace) -> int:
     if inputs.note:
         print(f"hookscope: {inputs.note}", file=sys.stderr)
     failed = []
-    with ProgressLine("lessons", "lessons") as line:
+    with ProgressLine("lessons", "lessons") as line, sigterm_raises():  # kill PID: the lessons so far, one line, 143
         for index, item in enumerate(LESSONS):
             line.update(index, len(LESSONS), f"running {item.id}")
             result = item.run(loaded.module, inputs.x, picks=inputs.picks, other=inputs.other,

@@ -19,6 +19,7 @@ once, as usual.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import signal
 import sys
@@ -62,8 +63,8 @@ class ProgressLine:
     """One progress report: ``update(done, total, what)`` as the work goes, ``close()`` at the end.
 
     The rate is measured from the first update on (what came before it, such as loading a model or a first
-    slow step, does not count), or over the whole time when there has been only one update; ``update(...,
-    rate=...)`` gives it instead (a batch that skips the images an earlier run finished knows its own rate).
+    slow step, does not count), or from the line's start (or its last :meth:`stage`) when there has been only one
+    update; ``update(..., rate=...)`` gives it instead (a batch that skips the images an earlier run finished knows its own rate).
     """
 
     def __init__(
@@ -85,6 +86,7 @@ class ProgressLine:
         self.terminal = terminal
         self.every_s = tty_every_s if terminal else plain_every_s
         self.started = time.monotonic()
+        self._counting_since = self.started  # the start of the counted work (the last stage)
         self._first: tuple[float, int] | None = None  # (time, done) of the first update
         self._last_shown = -math.inf
         self._drawn = 0  # characters of the line now on the terminal (0: none, or ended)
@@ -123,7 +125,8 @@ class ProgressLine:
         first_time, first_done = self._first
         if done > first_done and now > first_time:
             return (done - first_done) / (now - first_time)
-        return done / (now - self.started) if now > self.started else 0.0
+        since = self._counting_since
+        return done / (now - since) if now > since else 0.0
 
     # -- drawing
 
@@ -142,6 +145,14 @@ class ProgressLine:
             self._last_shown = now
             self._show(self.text(done, total, what, rate, now))
 
+    def stage(self, what: str) -> None:
+        """Say what is being done (``"label: running the model"``), not throttled; the rate is measured from the
+        last stage on (what came before it is not counted work)."""
+        with self._lock:
+            self._counting_since, self._first = time.monotonic(), None
+            if not self.closed:
+                self._show(f"{self.label}: {what}" if self.label else what)
+
     def _show(self, text: str) -> None:
         if text == self._last_text and not self.terminal:
             return
@@ -150,12 +161,24 @@ class ProgressLine:
             self.stream.write(text + "\n")
             self.stream.flush()
             return
-        width = shutil.get_terminal_size((100, 24)).columns - 1  # never the last column: some terminals wrap there
-        text = text[: max(width, 10)]
+        text = text[: self._width()]
         pad = max(0, self._drawn - len(text))
         self.stream.write("\r" + text + " " * pad)
         self.stream.flush()
         self._drawn = len(text)
+
+    def _width(self) -> int:
+        """The terminal's width (of stderr's terminal, not stdout's) less one: some terminals wrap at the last
+        column, and a wrapped line cannot be redrawn with ``\r``. COLUMNS, when set, wins, as for shutil."""
+        columns = 0
+        if "COLUMNS" not in os.environ:
+            try:
+                columns = os.get_terminal_size(self.stream.fileno()).columns
+            except (AttributeError, OSError, ValueError):
+                pass
+        if columns <= 0:  # not known (a pseudo-terminal nobody sized reports 0)
+            columns = shutil.get_terminal_size((100, 24)).columns
+        return max(columns - 1, 20)
 
     def _clear(self) -> None:
         """Wipe the terminal line (the next update draws it again)."""

@@ -76,6 +76,14 @@ def test_a_terminal_line_is_redrawn_in_place_and_ended_before_an_error():
     assert stream.getvalue().endswith("\n")
 
 
+def test_a_terminal_line_is_cut_to_the_width_so_that_it_never_wraps(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    stream = io.StringIO()
+    with ProgressLine("export " + "a-long-file-name" * 5, "files", stream=stream, terminal=True) as line:
+        line.update(1, 9)
+    assert stream.getvalue() == "\r" + ("export " + "a-long-file-name" * 5)[:39] + "\n"
+
+
 def test_echo_clears_the_terminal_line_and_the_next_update_draws_it_again(capsys):
     stream = io.StringIO()
     with ProgressLine("lessons", "lessons", stream=stream, terminal=True, tty_every_s=3600) as line:
