@@ -33,6 +33,7 @@ from app.core.termination import SIGTERM_EXIT, Terminated
 
 TTY_EVERY_S = 0.1  # redraws of the terminal line at most this often
 PLAIN_EVERY_S = 5.0  # plain lines at most this often (the first and the last always)
+FIRST_RATE_AFTER_S = 1.0  # a rate from a single update only after this long (one quick small file says nothing)
 
 _open_lines: list[ProgressLine] = []
 
@@ -125,8 +126,8 @@ class ProgressLine:
         first_time, first_done = self._first
         if done > first_done and now > first_time:
             return (done - first_done) / (now - first_time)
-        since = self._counting_since
-        return done / (now - since) if now > since else 0.0
+        since = self._counting_since  # one update so far: over the time since the start, once that means something
+        return done / (now - since) if now - since >= FIRST_RATE_AFTER_S else 0.0
 
     # -- drawing
 
