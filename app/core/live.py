@@ -266,6 +266,7 @@ def live_run(
     stream: LatestFrame | None = None
     start = time.perf_counter()
     read0 = dropped0 = 0
+    rss_start: float | None = None
     try:
         first = source.read()
         if first is None:
@@ -317,6 +318,9 @@ def live_run(
         source.close()
     if report.frames and not report.seconds:  # stopped early: the rate of what was done
         report.seconds = time.perf_counter() - start
+    if report.rss_mb is None and rss_start is not None and report.frames:  # and the memory, when it was stopped
+        rss_end = resident_mb()
+        report.rss_mb = (rss_start, rss_end) if rss_end is not None else None
     if stream is not None:
         report.read, report.dropped = stream.read_count - read0, stream.dropped - dropped0
         report.source_fps = stream.source_fps

@@ -170,7 +170,7 @@ def test_sigterm_stops_live_with_one_line(videos):
         process.kill()
     assert process.returncode == 128 + signal.SIGTERM
     assert err.splitlines() == [err.strip()] and err.startswith("hookscope: live stopped after ") and "(SIGTERM)" in err
-    assert "processed " in out  # what it did before the signal
+    assert "processed " in out and "; memory " in out  # what it did before the signal, and the memory it took
 
 
 def test_export_video_writes_the_captures_of_a_frame_range(videos, tmp_path):
