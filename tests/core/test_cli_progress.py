@@ -276,18 +276,20 @@ def test_visualize_stops_on_sigterm_like_ctrl_c_and_keeps_the_picture_so_far(tmp
 
 
 def test_export_images_stops_on_sigterm_keeps_the_finished_images_and_resumes(tmp_path):
-    folder, out = _images(tmp_path / "in", 60), tmp_path / "o"
+    folder, out = _images(tmp_path / "in", 12), tmp_path / "o"
     args = ["export", "--weights", "none", "--images", str(folder), "--layers", "conv1", "--no-png", "--out", str(out)]
-    code, err = _stop_after(args, r"export: ([2-9]|\d\d)/60 images", signal.SIGTERM)
+    # the first progress line comes once the first image is done (later plain lines come 5 s apart: too late on an
+    # idle machine, where the 12 images take about a second)
+    code, err = _stop_after(args, r"export: 1/12 images", signal.SIGTERM)
     assert code == 143, err
     finished = sorted(path.parent.name for path in out.glob("*/done.json"))
-    assert 2 <= len(finished) < 60
+    assert 1 <= len(finished) < 12
     assert err.strip().splitlines()[-1] == (
-        f"hookscope: stopped (SIGTERM); {len(finished)} of 60 images are written in {out}; run the same command "
+        f"hookscope: stopped (SIGTERM); {len(finished)} of 12 images are written in {out}; run the same command "
         "with --resume to go on where it stopped."
     )
     assert "Traceback" not in err and (out / "summary.csv").is_file()
     again = subprocess.run([sys.executable, "-m", "app", *args, "--resume"], capture_output=True, text=True, env=ENV,
                            cwd=ROOT, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr
-    assert f"60 of 60 images written to {out}, {len(finished)} of them finished by an earlier run" in again.stdout
+    assert f"12 of 12 images written to {out}, {len(finished)} of them finished by an earlier run" in again.stdout
