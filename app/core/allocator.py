@@ -20,6 +20,8 @@ import sys
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+ARENA_MAX = 2  # see keep_freed_memory
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit on 64-bit systems (a larger value is refused)
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 
@@ -52,4 +54,9 @@ def keep_freed_memory() -> bool:
     if mallopt is None:  # not Linux, or not glibc
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    # At most ARENA_MAX arenas: each thread that runs a model (the window's pool threads take runs in turn) would
+    # otherwise open an arena of its own, and with the trim threshold above each arena keeps what its runs freed. A
+    # window playing a video grew +44 MB in one step when a run landed on a new pool thread (+63 MB over 2,000
+    # frames); with two arenas, +10 MB (python -m app.ui.bench_live --frames 2000).
+    return (bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+            and bool(mallopt(M_ARENA_MAX, ARENA_MAX)))
