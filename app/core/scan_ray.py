@@ -14,7 +14,10 @@ Nothing here prints; progress comes back to ``run_scan``'s callback as the rows 
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,8 +94,11 @@ class RayScan:
         self.started = False
         _quiet_loggers(quiet)
         if not ray.is_initialized():
+            if quiet:  # Ray's C++ core logs to stderr too (an actor's constructor arguments, ...): fatal ones only
+                os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
             try:
-                ray.init(address=address, logging_level="ERROR" if quiet else "INFO", log_to_driver=not quiet)
+                with _no_stderr(quiet):  # the C++ core says so on stderr as it starts, whatever the level
+                    ray.init(address=address, logging_level="ERROR" if quiet else "INFO", log_to_driver=not quiet)
             except Exception as error:  # a wrong address, a cluster that does not answer
                 raise HookscopeError(f"Cannot connect to Ray{f' at {address}' if address else ''}: "
                                      f"{_first_line(error)}") from error  # fmt: skip
@@ -121,7 +127,9 @@ class RayScan:
         import ray
 
         with _ordered_quiet_data(self.quiet):
-            dataset = ray.data.from_items([{"number": n, "work": pickle.dumps(work)} for n, work in rows])
+            items = [{"number": n, "work": pickle.dumps(work)} for n, work in rows]
+            # one block per row, so that every actor of the pool gets work (by default a few rows make one block)
+            dataset = ray.data.from_items(items, override_num_blocks=len(items))
             dataset = dataset.map_batches(
                 ScanActor,
                 fn_constructor_kwargs={"source": self.source, "settings": self.settings, "paths": self.paths,
@@ -158,6 +166,24 @@ def _quiet_loggers(quiet: bool) -> None:
 
 
 @contextmanager
+def _no_stderr(quiet: bool) -> Iterator[None]:
+    """When ``quiet``, the process's stderr (file descriptor 2, where Ray's C++ core writes) goes nowhere for a
+    while: only around ``ray.init``, whose failures come back as exceptions."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextmanager
 def _ordered_quiet_data(quiet: bool = True) -> Iterator[None]:
     """Ray Data keeping the rows' order and drawing no progress bars (nor, when ``quiet``, the lines it prints as
     an execution starts) on the terminal, for this scan only."""
@@ -172,7 +198,10 @@ def _ordered_quiet_data(quiet: bool = True) -> Iterator[None]:
         setattr(context, name, False if (quiet or name == "enable_progress_bars") else saved[name])
     _quiet_loggers(quiet)
     try:
-        yield
+        with warnings.catch_warnings():  # the filters of the whole process (Ray Data warns from its own threads)
+            if quiet:  # Ray Data's advice (an actor pool larger than its input, ...) as warnings: with --debug only
+                warnings.filterwarnings("ignore", module=r"ray(\.|$)")
+            yield
     finally:
         context.execution_options.preserve_order = saved_order
         for name, value in saved.items():
