@@ -7,6 +7,7 @@ traceback instead.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,7 +22,7 @@ from app.cli_live import build_live_parser, frame_range, run_export_video, run_l
 from app.cli_progress import ProgressLine, end_progress_lines, stop_on_signals
 from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
 from app.core.allocator import keep_freed_memory
-from app.core.errors import HookscopeError
+from app.core.errors import HookscopeError, write_error, write_problem
 from app.core.hooks import KINDS
 from app.core.termination import SIGTERM_EXIT, Terminated, sigterm_raises
 
@@ -211,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         end_progress_lines()  # every error on its own line, never glued to a progress line
         if args.debug:
             raise
-        print(f"hookscope: error: {error}", file=sys.stderr)
+        print(f"hookscope: error: {_readable(error)}", file=sys.stderr)
         return 2
     except Terminated:
         end_progress_lines()
@@ -223,10 +224,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as error:  # a bug, not the user's fault: still one line unless asked
         end_progress_lines()
+        blocked = write_error(error) if isinstance(error, OSError) else None  # an output path the user can fix
         if args.debug:
             raise
+        if blocked is not None:
+            print(f"hookscope: error: {blocked}", file=sys.stderr)
+            return 2
         print(f"hookscope: unexpected error: {type(error).__name__}: {error} (run with --debug for details)", file=sys.stderr)
         return 1
+
+
+def _readable(error: HookscopeError) -> str:
+    """The error's line, where it ends with the bare words of the ``OSError`` behind it (": Not a directory.")
+    and that error is a blocked output path: with what is in the way instead (": a file is in the way: 'OUT/png'.").
+    Every command's output errors read alike, worded here once."""
+    text, cause = str(error), error.__cause__
+    if not isinstance(cause, OSError) or (problem := write_problem(cause)) is None:
+        return text
+    path, reason = problem
+    named = "" if path == os.fsdecode(cause.filename) else f": '{path}'"
+    for said in (f": {cause.strerror}.", f": {cause}"):  # "...: Not a directory." or "...: [Errno 21] Is a ..."
+        if text.endswith(said):
+            return f"{text[: -len(said)]}: {reason}{named}."
+    return text
 
 
 def _select_layers(spec: str, available: list[str]) -> list[str]:
@@ -757,7 +777,8 @@ def run_visualize(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in Image.registered_extensions():
         raise HookscopeError(f"Cannot write '{out}': give a picture file name such as out.png.", path=str(out))
     if not out.parent.is_dir():
-        raise HookscopeError(f"Cannot write '{out}': the folder '{out.parent}' does not exist.", path=str(out))
+        missing = f"a file is in the way: '{out.parent}'" if out.parent.exists() else f"the folder '{out.parent}' does not exist"
+        raise HookscopeError(f"Cannot write '{out}': {missing}.", path=str(out))
     direction = load_direction(args.direction) if args.direction else None
     objective = Objective(args.layer, args.channel, direction=direction, negative=args.negative)
     settings = VisualizeSettings(steps=args.steps, size=args.size, seed=args.opt_seed, images=args.images,

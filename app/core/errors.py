@@ -9,6 +9,9 @@ works everywhere, and they survive pickling and ``copy``.
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import PurePath
 from typing import Any
 
 
@@ -54,3 +57,42 @@ class DeviceError(HookscopeError):
 class RunError(HookscopeError):
     """A run that failed (for example, out of memory); previous results stay valid. An edit that made the run fail
     is named by ``edit_spec`` (and its module by ``module_path``)."""
+
+
+# What an operating-system error says about an output path, in words a person can act on: the errno of a write to
+# or a folder made at a path that is blocked (by a file where a folder must be, a folder where a file must be, ...).
+_WRITE_REASONS = {
+    errno.EISDIR: "a folder is in the way",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
+def write_problem(error: OSError) -> tuple[str, str] | None:
+    """The path to fix and what is wrong with it, for an ``OSError`` of writing to (or making a folder at) a path
+    that is blocked; None for any other error. A file where a folder must be (``mkdir`` on an existing file: EEXIST;
+    a folder under a file: ENOTDIR) is named itself, whichever of the path's folders it is: ``('OUT/png', 'a file is
+    in the way')`` for a write to ``OUT/png/forward/x.png`` when OUT/png is a file."""
+    if not isinstance(error.filename, (str, bytes, os.PathLike)):
+        return None
+    path = os.fsdecode(error.filename)
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):
+        blocker = next((p for p in (path, *map(str, PurePath(path).parents)) if _is_a_file(p)), None)
+        return (blocker, "a file is in the way") if blocker is not None else None
+    reason = _WRITE_REASONS.get(error.errno) if error.errno is not None else None
+    return (path, reason) if reason is not None else None
+
+
+def write_error(error: OSError) -> HookscopeError | None:
+    """``write_problem`` as the one line the command line prints (None for any other error)."""
+    problem = write_problem(error)
+    if problem is None:
+        return None
+    path, reason = problem
+    return HookscopeError(f"Cannot write to '{path}': {reason}.", path=path)
+
+
+def _is_a_file(path: str) -> bool:
+    return os.path.lexists(path) and not os.path.isdir(path)

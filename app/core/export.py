@@ -146,12 +146,14 @@ def _write_files(
 ) -> tuple[dict, str]:
     """``write_run`` but the manifest, which it returns with its text."""
     out.mkdir(parents=True, exist_ok=True)
+    pictures = [(kind, record) for kind in kinds for record in result.of_kind(kind)] if png else []
+    for kind in dict.fromkeys(kind for kind, _ in pictures):  # a blocked folder fails now, before any file is written
+        (out / "png" / kind).mkdir(parents=True, exist_ok=True)
     # contiguous first: an input straight from PIL is channels-last in memory, and np.save writes such an array
     # element by element (10x slower). input.npy is written first: it marks the folder as an output (batch.py).
     save_array(files, out / "input.npy", np.ascontiguousarray(result.input.numpy()))
     writes = _array_files(result, out, kinds, files)
     handed = [(helper.submit(save), save) for save in writes] if helper is not None else []
-    pictures = [(kind, record) for kind in kinds for record in result.of_kind(kind)] if png else []
     total, done = len(writes) + len(pictures), 0
 
     def tell(what: str) -> None:
