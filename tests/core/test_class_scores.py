@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing may 
 import numpy as np
 import pytest
 import torch
+from cli_output import message_lines
 from torch import nn
 
 from app.cli import main
@@ -196,7 +197,7 @@ def test_cli_finds_hf_class_scores_and_refuses_a_missing_class(model_py, tmp_pat
 
     assert main([*base, "--out", str(tmp_path / "b"), "--target", "5000"]) == 2
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines() == [
+    assert message_lines(captured.err) == [
         "hookscope: error: Class 5000 does not exist: the model has 10 classes (0-9)."
     ]
     assert not (tmp_path / "b" / "manifest.json").exists()

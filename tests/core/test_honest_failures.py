@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
+from cli_output import message_lines
 
 from app.cli import main
 from app.core.blame import ModelRaised
@@ -106,7 +107,7 @@ def export(model_py: Path, factory: str, out: Path, *extra: str) -> int:
 
 
 def error_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.strip()]
+    return message_lines(err)  # progress lines aside: the error is one line of its own
 
 
 # ---- (a) SystemExit in build() -----------------------------------------------------------------------------

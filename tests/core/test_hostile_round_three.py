@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_output import message_lines
 from PIL import Image
 
 from app.cli import load_for_cli, main
@@ -33,13 +34,12 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 def error_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.strip()]
+    return message_lines(err)
 
 
 def one_error(err: str) -> str:
-    """The one line of an error on stderr (progress lines redrawn with \\r are not lines of their own)."""
-    lines = [line.split("\r")[-1] for line in error_lines(err)]
-    lines = [line for line in lines if line.strip() and not line.startswith(("scan: ", "receptive fields: "))]
+    """The one line of an error on stderr, progress lines aside."""
+    lines = message_lines(err)
     assert len(lines) == 1, lines
     assert "Traceback" not in err and "unexpected error" not in err
     return lines[0]

@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from cli_output import message_lines
 from PIL import Image
 
 from app.core.capture import capture_run
@@ -262,7 +263,7 @@ def test_cli_runs_a_saved_session_headlessly(tmp_path, images):
         cwd=root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stderr == (
+    assert "".join(line + "\n" for line in message_lines(done.stderr)) == (
         f"hookscope: Image '{images[1]}' was not found (it may have moved); the rest of the session was restored.\n"
     )
     manifest = json.loads((out / "manifest.json").read_text())

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_output import message_lines
 from PIL import Image
 
 from app.core.errors import write_error, write_problem
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRESS = ("export ", "scan: ", "boxes: ", "visualize: ")  # plain progress lines: stderr is not a terminal here
 
 
 def hookscope(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -71,7 +71,7 @@ def test_a_blocked_output_is_one_line_naming_it(place: Path, command, out, in_th
     done = hookscope(*command, "--out", out, cwd=place)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "unexpected error" not in done.stderr
-    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith(PROGRESS)]
+    lines = message_lines(done.stderr)
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("hookscope: error: ") and words in lines[0], lines[0]
 
@@ -80,7 +80,7 @@ def test_a_folder_where_the_picture_goes(place: Path):
     (place / "v.png").mkdir()
     done = hookscope(*VISUALIZE, "--out", "v.png", cwd=place)
     assert done.returncode == 2, done.stderr
-    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith(PROGRESS)]
+    lines = message_lines(done.stderr)
     assert lines == ["hookscope: error: Cannot write 'v.png': a folder is in the way."], done.stderr
 
 

@@ -323,7 +323,7 @@ class ModuleFilterProxy(QSortFilterProxyModel):
         self.setDynamicSortFilter(False)
 
     def set_text(self, text: str) -> None:
-        if hasattr(self, "beginFilterChange"):  # Qt >= 6.9; invalidateFilter() is deprecated there
+        if hasattr(self, "endFilterChange"):  # Qt >= 6.10 (6.9 has only the begin); invalidateFilter() is deprecated
             self.beginFilterChange()
             self._text = text.strip().lower()
             self.endFilterChange()
