@@ -155,6 +155,8 @@ def rank_order(score: torch.Tensor, image: torch.Tensor, k: int) -> torch.Tensor
     """Per row, the indexes of the best ``k`` of (C, M) candidates in a total order: higher score first, then lower
     image index (so ties, common at 0 after a ReLU, are broken the same way however the images were batched or
     sharded); NaN last."""
+    if score.shape[1] == 1:  # one candidate per row (a batch of one image): nothing to order
+        return torch.zeros_like(image[:, :1])
     key = torch.nan_to_num(score, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
     by_image = torch.argsort(image, dim=1, stable=True)
     by_score = torch.argsort(key.gather(1, by_image), dim=1, descending=True, stable=True)
@@ -191,6 +193,8 @@ class TopK:
         return torch.where(self.image[:, -1] == NO_IMAGE, torch.full_like(last, -math.inf), last)
 
     def merged(self, other: TopK, k: int) -> TopK:
+        if not bool((other.image != NO_IMAGE).any()):  # only empty slots: they rank after every entry, so nothing
+            return self  # changes (a long scan's batches mostly bring none)
         return TopK.ranked(
             torch.cat([self.score, other.score], 1),
             torch.cat([self.image, other.image], 1),
@@ -284,9 +288,10 @@ class _StopForward(Exception):
 
 
 class _PassHooks:
-    """Forward hooks on ``paths`` for one pass at a time: the first call of each module in a pass goes to
+    """Forward hooks on ``paths``, one pass at a time: during ``run`` the first call of each module goes to
     ``take(path, tensor)`` (a module called twice, as ResNet's ``relu``, is read at its first call); once every
-    module has been read, the pass stops."""
+    module has been read, the pass stops. Outside ``run`` the hooks do nothing, so they can stay registered over
+    many passes (a scan registers them once, not once per batch) without touching any other use of the model."""
 
     def __init__(self, model: nn.Module, paths: Sequence[str], take: Callable[[str, torch.Tensor], None]) -> None:
         modules = dict(model.named_modules())
@@ -298,11 +303,12 @@ class _PassHooks:
         self.paths = list(paths)
         self.take = take
         self.seen: set[str] = set()
+        self.running = False
         self._handles = [modules[path].register_forward_hook(self._hook(path)) for path in self.paths]
 
     def _hook(self, path: str) -> Callable:
         def hook(_module: nn.Module, _args: tuple, output: Any) -> None:
-            if path in self.seen:
+            if not self.running or path in self.seen:
                 return
             self.seen.add(path)
             self.take(path, _output_tensor(output, path))
@@ -313,10 +319,13 @@ class _PassHooks:
 
     def run(self, model: nn.Module, x: torch.Tensor) -> None:
         self.seen = set()
+        self.running = True
         try:
             model(x)
         except _StopForward:
             pass
+        finally:
+            self.running = False
         not_run = [p for p in self.paths if p not in self.seen]
         if not_run:
             raise HookscopeError(
@@ -351,6 +360,24 @@ class ChannelScanner:
         self.device = torch.device(device)
         self.layouts: dict[str, Layout] = {}
         self.running: dict[str, TopK] = {}  # this scanner's own top-k so far: its floor spares most argmax work
+        self._hooks: _PassHooks | None = None  # the scan's hooks while ``scanning`` holds them
+
+    @contextmanager
+    def scanning(self) -> Iterator[None]:
+        """Hold the scan's forward hooks and eval mode over many batches: ``partial`` called inside registers no
+        hooks and switches no mode per batch (each costs a walk over every module of the model). Between batches
+        the hooks do nothing; the model is in eval mode throughout. Outside, ``partial`` does both itself."""
+        if self._hooks is not None:
+            yield
+            return
+        hooks = _PassHooks(self.model, self.settings.modules, lambda _path, _tensor: None)
+        self._hooks = hooks
+        try:
+            with _eval_mode(self.model):
+                yield
+        finally:
+            self._hooks = None
+            hooks.remove()
 
     def _layout(self, path: str, tensor: torch.Tensor) -> Layout:
         layout = layout_of(tensor.shape, path)
@@ -394,12 +421,15 @@ class ChannelScanner:
                        torch.where(keep, image.gather(1, order), torch.full_like(order, NO_IMAGE)), position)  # fmt: skip
             reduced[path] = (layout, top, (total, squares, peak))
 
-        hooks = _PassHooks(self.model, self.settings.modules, take)
-        try:
-            with torch.no_grad(), _eval_mode(self.model):
-                hooks.run(self.model, x.to(self.device))
-        finally:
-            hooks.remove()
+        with self.scanning():
+            hooks = self._hooks
+            assert hooks is not None
+            hooks.take = take
+            try:
+                with torch.no_grad():
+                    hooks.run(self.model, x.to(self.device))
+            finally:
+                hooks.take = lambda _path, _tensor: None  # nothing of this batch kept alive by the hooks
         partials = {}
         for path, (layout, top, tensors) in reduced.items():
             top = TopK(*(t.to("cpu") for t in (top.score, top.image, top.position)))
@@ -590,7 +620,9 @@ class LocalScan:
         def read(number: int) -> FittedBatch:
             return fit_batch(self.paths, self.preprocess, batches[number])
 
-        with closing(read_ahead(range(start, len(batches)), read, READ_AHEAD, "hookscope-scan-read")) as reads:
+        # The hooks and eval mode are set once for the whole scan, not once per batch (the scanner's ``scanning``).
+        with self.scanner.scanning(), closing(read_ahead(range(start, len(batches)), read, READ_AHEAD,
+                                                         "hookscope-scan-read")) as reads:  # fmt: skip
             for number, future in reads:
                 pictures, kept, skipped = future.result()
                 x = stacked(self.preprocess, pictures)
@@ -986,7 +1018,7 @@ def scan_images(
     checkpoint_every_s: float = CHECKPOINT_EVERY_S,
 ) -> ScanResult:
     """Scan ``images`` with ``loaded.module`` in this process (see ``run_scan``). The module is moved to ``device``
-    and run in eval mode; hooks are registered for each pass and removed after it."""
+    and run in eval mode; its hooks are registered once for the scan phase and removed after it."""
     backend = LocalScan(loaded, settings, [Path(p) for p in images], device)
     return run_scan(backend, loaded, images, settings, root=root, out_dir=out_dir, resume=resume, progress=progress,
                     cancelled=cancelled, checkpoint_every_s=checkpoint_every_s)  # fmt: skip

@@ -11,7 +11,9 @@ timed apart from its scan: their share of the whole scan is printed. The exact b
 pass per top-k entry, modules x channels x k, however many images there are) are timed on up to 16 entries per
 module of the last scan, and that whole box phase is estimated from them.
 
-Run it with ``hookscope bench --scan`` or ``python -m app.core.scan_bench``.
+Run it with ``hookscope bench --scan`` or ``python -m app.core.scan_bench``. ``python -m app.core.scan_bench
+--small-batches`` times instead a plain one-image-at-a-time loop against the scan at batch size 1 and 32
+(``small_batches``), the figures of docs/scan.md's "Small batches".
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 
 from app.core.batch import READ_AHEAD, find_images, read_ahead
 from app.core.batch_bench import spread_modules, write_test_images
-from app.core.images import Preprocess
+from app.core.images import Preprocess, read_image
 from app.core.models import LoadedModel, load_model
 from app.core.scan import (
     ChannelScanner,
@@ -158,6 +160,53 @@ def scan_benchmark(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def plain_loop(loaded: LoadedModel, images: Sequence[Path], modules: Sequence[str]) -> float:
+    """Seconds for what a script without Hookscope does one image at a time: read, preprocess, run the whole model
+    under ``torch.no_grad`` with forward hooks taking each channel's max and mean on ``modules``."""
+    named = dict(loaded.module.named_modules())
+
+    def hook(_module: torch.nn.Module, _args: tuple, output: torch.Tensor) -> None:
+        dims = tuple(range(2, output.dim()))
+        output.amax(dim=dims), output.mean(dim=dims)
+
+    handles = [named[path].register_forward_hook(hook) for path in modules]
+    loaded.module.eval()
+    try:
+        start = time.perf_counter()
+        with torch.no_grad():
+            for path in images:
+                loaded.module(loaded.preprocess.as_input(loaded.preprocess.fitted(read_image(path))))
+        return time.perf_counter() - start
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def small_batches(n_images: int = 40, layers: Sequence[str] = ("layer2", "layer3"), *, model: str = "resnet18",
+                  rounds: int = 5, folder: Path | None = None) -> dict[str, float]:  # fmt: skip
+    """Median seconds over ``rounds`` alternating rounds, in one process over the same files: the plain loop, the
+    scan (default boxes) at batch size 1 and at 32."""
+    work = Path(tempfile.mkdtemp(prefix="hookscope-scan-bench-", dir=folder))
+    try:
+        write_test_images(work / "images", n_images)
+        images = find_images(work / "images")
+        loaded = load_model(model, "none", 0)
+        settings = ScanSettings(tuple(layers), top=9)
+        runs = {"plain": lambda: plain_loop(loaded, images, layers),
+                "batch 1": lambda: scan_images(loaded, images, replace(settings, batch_size=1)),
+                "batch 32": lambda: scan_images(loaded, images, replace(settings, batch_size=32))}  # fmt: skip
+        plain_loop(loaded, images[:2], layers), scan_images(loaded, images[:2], settings)  # warm up
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _round in range(max(1, rounds)):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+        return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def report(result: ScanBenchResult) -> list[str]:
     """The benchmark's lines, as ``hookscope bench --scan`` prints them."""
     rounds = result.round_ratios
@@ -181,14 +230,27 @@ def report(result: ScanBenchResult) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.core.scan_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--images", type=int, default=96)
+    parser.add_argument("--images", type=int, help="test images (default: 96; 40 with --small-batches)")
     parser.add_argument("--layers", help="module paths separated by commas (default: 4 spread over the model)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--top", type=int, default=9)
     parser.add_argument("--size", type=int, default=0, help="input size in pixels (default: the model's own)")
+    parser.add_argument("--small-batches", action="store_true",
+                        help="a plain one-image loop against the scan at batch size 1 and 32 (default: 40 images, "
+                        "layer2,layer3)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.small_batches:
+        layers = [p.strip() for p in (args.layers or "layer2,layer3").split(",") if p.strip()]
+        images = args.images or 40
+        med = small_batches(images, layers, model=args.model, rounds=args.rounds)
+        print(f"{args.model}, {images} images, {','.join(layers)}, {torch.get_num_threads()} torch threads, median of "
+              f"{args.rounds}: plain loop {med['plain']:.2f} s, scan at batch 1 {med['batch 1']:.2f} s, at 32 "
+              f"{med['batch 32']:.2f} s; batch 1 / 32 {med['batch 1'] / med['batch 32']:.2f}, batch 1 / plain "
+              f"{med['batch 1'] / med['plain']:.2f}")  # fmt: skip
+        return 0
     layers: int | list[str] = [p.strip() for p in args.layers.split(",") if p.strip()] if args.layers else 4
-    result = scan_benchmark(args.images, layers, model=args.model, batch_size=args.batch_size, top=args.top,
+    result = scan_benchmark(args.images or 96, layers, model=args.model, batch_size=args.batch_size, top=args.top,
                             size=args.size or None, note=lambda text: print(f"scan bench: {text}", flush=True))  # fmt: skip
     for line in report(result):
         print(line)

@@ -142,6 +142,43 @@ def test_batching_does_not_change_the_result(small, folder):
                 np.testing.assert_allclose([t.score for t in a], [t.score for t in b], rtol=1e-5, atol=1e-6)
 
 
+def test_hooks_and_eval_mode_are_set_once_per_scan_not_per_batch(small, folder, monkeypatch):
+    """A batch of one image pays no per-batch setup: the scan registers its forward hooks once (one per scanned
+    module) and switches the model to eval mode once, however many batches; between batches the hooks do nothing
+    to another forward pass, and afterwards no hook is left and the model's mode is restored."""
+    registered: list[nn.Module] = []
+    switched: list[bool] = []
+    register, train = nn.Module.register_forward_hook, nn.Module.train
+
+    def counting_register(self, *args, **kwargs):
+        registered.append(self)
+        return register(self, *args, **kwargs)
+
+    def counting_train(self, mode=True):
+        if self is small.module:
+            switched.append(mode)
+        return train(self, mode)
+
+    monkeypatch.setattr(nn.Module, "register_forward_hook", counting_register)
+    monkeypatch.setattr(nn.Module, "train", counting_train)
+    small.module.train()
+    switched.clear()
+    x = torch.rand(1, 3, 64, 64)
+    outputs = []
+
+    def between_batches(_progress) -> None:  # another pass through the model while the scan holds its hooks
+        with torch.no_grad():
+            outputs.append(small.module(x))
+
+    images = find_images(folder, recursive=True)
+    result = scan_images(small, images, ScanSettings(("layer1", "layer3"), top=2, batch_size=1, boxes=False),
+                         progress=between_batches)  # fmt: skip
+    assert result.processed == len(images) == 12
+    assert len(registered) == 2 and switched == [False, True]
+    assert not any(m._forward_hooks for m in small.module.modules()) and small.module.training
+    assert len(outputs) == 13 and all(out.shape == (1, 1000) for out in outputs)  # ran to the end, nothing read
+
+
 def test_topk_merge_is_exact_for_any_split_with_ties_and_nan():
     rng = np.random.default_rng(3)
     channels, count, k = 5, 40, 6
