@@ -253,6 +253,7 @@ def test_cli_export_needs_exactly_one_source(args, message, capsys):
     assert capsys.readouterr().err == f"hookscope: error: {message}\n"
 
 
+@pytest.mark.slow  # a whole bench run (about 40 s on two cores): the default run stays under 15 minutes
 def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
     from app.cli import main
 

@@ -93,6 +93,7 @@ def test_each_side_goes_first_in_turn_in_both_cyclic_orders():
     assert len(set(orders)) == 6  # every order: each side follows each other side as often
 
 
+@pytest.mark.slow  # three sides of a real bench (about 30 s); its pieces are tested above
 def test_the_result_holds_three_sides(tmp_path):
     result = batch_benchmark(4, MODULES, chunk=2, folder=tmp_path)
     assert result.images == 4 and result.modules == MODULES and len(result.rounds) == 2
