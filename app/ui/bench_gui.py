@@ -210,6 +210,17 @@ def compare_channel_counts() -> list[str]:
     return lines
 
 
+def measured_window(model: str, device: str) -> tuple[Window, str | None]:
+    """The window the benches measure (on the screen if there is one, else offscreen): ``model`` with random
+    weights, nothing ticked, no dialogs, ``WINDOW_SIZE``, its first run done; and the run's error, if any."""
+    application(offscreen=_no_display())
+    window = make_window(model, "none", device, None, checks=[], remember=False)
+    window.show_dialogs = False
+    window.resize(*WINDOW_SIZE)
+    window.show()
+    return window, wait_for_run(window)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.ui.bench_gui", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="resnet50")
@@ -219,12 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     keep_freed_memory()  # as the hookscope command does for the window
 
-    application(offscreen=_no_display())
-    window = make_window(args.model, "none", args.device, None, checks=[], remember=False)
-    window.show_dialogs = False
-    window.resize(*WINDOW_SIZE)
-    window.show()
-    error = wait_for_run(window)
+    window, error = measured_window(args.model, args.device)
     if error:
         print(f"bench_gui: {error}", file=sys.stderr)
         return 1

@@ -32,13 +32,14 @@ from pathlib import Path
 import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
+from PySide6.QtWidgets import QApplication
 
 from app.core.allocator import keep_freed_memory
 from app.core.bench import bare_run
 from app.core.live import frame_input, resident_mb
 from app.core.video import open_video
-from app.ui.app import _close, _no_display, application, make_window, wait_for_run
-from app.ui.bench_gui import WINDOW_SIZE, StallMeter
+from app.ui.app import _close, wait_for_run
+from app.ui.bench_gui import WINDOW_SIZE, StallMeter, measured_window
 from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, TICK_KINDS
 
 RATIO_TARGET = 0.85  # processed / model alone, in the window (issue 26)
@@ -108,12 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first is None:
             print(f"bench_live: {video} gives no frame", file=sys.stderr)
             return 1
-        app = application(offscreen=_no_display())
-        window = make_window(args.model, "none", args.device, None, checks=[], remember=False)
-        window.show_dialogs = False
-        window.resize(*WINDOW_SIZE)
-        window.show()
-        error = wait_for_run(window)
+        window, error = measured_window(args.model, args.device)
+        app = QApplication.instance()
         if error:
             print(f"bench_live: {error}", file=sys.stderr)
             return 1
