@@ -128,8 +128,12 @@ class VideoSource:
         if not ok or bgr is None:
             self._check_complete()
             return None
-        index = self._next_index
         self._next_index += 1
+        return self._frame(bgr)
+
+    def _frame(self, bgr: np.ndarray) -> Frame:
+        """The frame just decoded (``_next_index`` already counts it), in RGB, with its time."""
+        index = self._next_index - 1
         if self.info.kind == "camera":
             when = time.monotonic() - self._opened_at
         else:
@@ -169,13 +173,12 @@ class VideoSource:
 
     def drop(self, count: int) -> int:
         """Decode and drop the next ``count`` frames without converting them (OpenCV's ``grab``: the colour
-        conversion is skipped); the number dropped, fewer at the end of the file. Raises :class:`VideoError` when a
-        file ends before the frames its header announces (truncated)."""
+        conversion is skipped); the number dropped, fewer at the end of the file (the next ``read`` then says
+        whether the file is complete)."""
         dropped = 0
         while dropped < count:
             if self._capture is None or not self._capture.grab():
-                self._check_complete()
-                break
+                break  # the end (or where a truncated file breaks off): the next ``read`` says which
             self._next_index += 1
             dropped += 1
         return dropped
@@ -348,6 +351,7 @@ class LatestFrame:
         self.paced = paced and source.info.kind == "video"
         self.on_frame = on_frame
         self._wanted = False  # the consumer asked for a frame and none was put since (a paced file reads on demand)
+        self._offset = 0.0  # the stream time at the start of the current pass through a looping file
         self.lossless = lossless
         self.loop = loop and source.info.kind == "video"
         self.read_count = 0  # frames the reader put into the mailbox
@@ -378,11 +382,13 @@ class LatestFrame:
 
     def _read_all(self) -> None:
         offset = 0.0  # the time of the frames already played, when a file loops
+        self._offset = offset
         self._anchor = time.monotonic()  # the wall time of the stream's time 0 (moved on by a pause)
         try:
             while self._next_turn():
                 with self._lock:
                     seek, self._seek_to = self._seek_to, None
+                frame = None
                 if seek is not None:
                     self.source.seek(seek)
                 elif self.paced and not self._stepping:
@@ -391,10 +397,12 @@ class LatestFrame:
                         break
                     if turn == "again":  # paused or a seek asked for meanwhile: the top of the loop handles it
                         continue
-                    self._pass_over_due_frames(offset)
-                frame = self.source.read()
+                    frame = self._pass_over_due_frames(offset)
+                if frame is None:
+                    frame = self.source.read()
                 if frame is None and self.loop and self.source.frames_read:
                     offset += self.source.frames_read / (self.source.info.fps or 25.0)
+                    self._offset = offset
                     self.source.close()
                     self.source = open_video(self.source.path or "")
                     frame = self.source.read()
@@ -416,6 +424,8 @@ class LatestFrame:
             with self._lock:
                 self._ended = True
                 self._lock.notify_all()
+            if self.on_frame is not None:  # the end is news too: the consumer learns it without polling
+                self.on_frame()
 
     def _next_turn(self) -> bool:
         """Whether to read the next frame: at once while playing; while paused, only for a ``step``. False once
@@ -439,21 +449,29 @@ class LatestFrame:
                 return "stop"
             return "go" if self._wanted and not self._paused and self._seek_to is None else "again"
 
-    def _pass_over_due_frames(self, offset: float) -> None:
+    def _pass_over_due_frames(self, offset: float) -> Frame | None:
         """Decode, without converting, the frames that came due while nobody asked, up to the newest due one
         (read next); the last frame of a file is always read. Counted as read and dropped, as a frame put and
-        replaced before it was taken would have been."""
+        replaced before it was taken would have been. Returns the last frame passed over when the file ended
+        during the pass (a truncated one, or a header that announced more): it is the newest there is."""
         info = self.source.info
         fps = info.fps or 25.0
         newest = int((time.monotonic() - self._anchor - offset) * fps + 1e-6)
         if info.frame_count:
             newest = min(newest, info.frame_count - 1)
-        passed = self.source.drop(newest - self.source.frames_read) if newest > self.source.frames_read else 0
-        if passed:
+        wanted = newest - self.source.frames_read
+        passed = self.source.drop(wanted) if wanted > 0 else 0
+        last = None
+        if 0 < passed < wanted:  # the file ended during the pass: its last frame is the newest, shown after all
+            self.source.seek(self.source.frames_read - 1)  # once, at the end (OpenCV keeps no frame a grab failed on)
+            last = self.source.read()
+        dropped = passed - (last is not None)  # the last one is put, and counted then
+        if dropped:
             with self._lock:
-                self.read_count += passed
-                self.dropped += passed
+                self.read_count += dropped
+                self.dropped += dropped
                 self._last_read_at = time.monotonic()
+        return last
 
     def _wait_for_time(self, when: float) -> str:
         """Wait until the stream time ``when`` on the wall clock (a pause holds the clock): "put" the frame then,
@@ -561,6 +579,18 @@ class LatestFrame:
                 error, self._error = self._error, None
                 raise error
             return None
+
+    def take_due(self, wait: float) -> Frame | None:
+        """``take`` without blocking, except when a paced file's next frame is due already: then the reader is
+        decoding it on demand, and this waits for it up to ``wait`` seconds (a fraction of a millisecond at video
+        sizes) rather than leave the consumer to come back for it."""
+        return self.take(timeout=wait if self._next_frame_due() else 0)
+
+    def _next_frame_due(self) -> bool:
+        if not self.paced or self._paused:
+            return False
+        fps = self.source.info.fps or 25.0
+        return self._offset + self.source.frames_read / fps <= time.monotonic() - self._anchor
 
     def __iter__(self) -> Iterator[Frame]:
         while True:

@@ -73,6 +73,7 @@ CARD_SHARE, CARD_MIN_HEIGHT = 0.4, 320
 SIDE_AREA = "bottom"
 STATE_VERSION = 2
 BUSY_BAR_DELAY_MS = 300  # the busy bar shows for work lasting longer than this
+FRAME_LINES_EVERY_S = 1.0  # a playing video's run renews the timings line at most this often
 
 
 def qimage_to_pil(image: QImage) -> Image.Image:
@@ -109,6 +110,7 @@ class MainWindow(QMainWindow):
         self.show_dialogs = True
         self.last_error = ""
         self.last_timings: dict[str, float] = {}
+        self._frame_lines_at = 0.0  # when the timings line last showed a video frame's run
         self._error_box: QMessageBox | None = None
         self._closing = False
         self._docks: dict[str, QDockWidget] = {}
@@ -386,6 +388,11 @@ class MainWindow(QMainWindow):
         self._update_title()
         apply_ms = (time.perf_counter() - start) * 1000
         self.last_timings = t = {**outcome.timings, "apply_ms": apply_ms}
+        if outcome.image.frame:  # a playing video: its feature keeps the status line; timings at a reading pace
+            if time.monotonic() - self._frame_lines_at < FRAME_LINES_EVERY_S:
+                self.run_finished.emit()
+                return
+            self._frame_lines_at = time.monotonic()
         self.timing_label.setText(f"{result.device} · forward {t['forward_ms']:.0f} ms · backward "
                                   f"{t['backward_ms']:.0f} ms · render {t['prepare_ms'] + apply_ms:.0f} ms")
         self.timing_label.setToolTip(
@@ -393,6 +400,9 @@ class MainWindow(QMainWindow):
             f"backward {t['backward_ms']:.1f} ms\nprepare pictures (worker) {t['prepare_ms']:.1f} ms\n"
             f"update panels (GUI) {apply_ms:.1f} ms\n{len(result.records)} records")
         line = f"{outcome.image.name}: {len(result.records)} records"
+        if outcome.image.frame and not space.model_message:
+            self.run_finished.emit()
+            return
         if space.model_message:
             line, space.model_message = f"{space.model_message} · {line}", ""
         self.statusBar().showMessage(line, 8000)

@@ -22,7 +22,7 @@ import os
 import time
 
 from PIL import Image
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QWidget
 
@@ -46,8 +46,14 @@ from app.ui.state.workspace import Workspace
 
 RECORD_FILTER = "MP4 video (*.mp4);;AVI video, MJPG (*.avi)"
 VIDEO_FILTER = "Videos (" + " ".join(f"*{suffix}" for suffix in sorted(VIDEO_SUFFIXES)) + ");;All files (*)"
-POLL_MS = 5  # how often the newest frame is looked for while no run is in flight (and at once when one ends)
+# The newest frame is asked for when a run ends and taken when the reader says it put one (``frame_ready``);
+# this slow timer is only a safety net. A 5 ms poll woke the GUI thread 200 times a second beside the model's two
+# threads, which on two cores cost the model more than the poll did.
+POLL_MS = 100
 RATES_EVERY_S = 1.0
+# When the run path frees and the next frame is due, the reader decodes it on demand: waiting for it here (under a
+# millisecond) starts the next run before this thread paints the last one, not after (4 ms a frame otherwise).
+DUE_WAIT_S = 0.01
 
 
 class VideoBar(QWidget):
@@ -77,6 +83,8 @@ class LiveFeature(QObject):
     """The live source's menu entries, drop handler, frame pump and freeze."""
 
     id = "live"
+    # emitted on the reader's thread when it put a frame (or the source ended): queued to the GUI thread's pump
+    frame_ready = Signal()
 
     def __init__(self, workspace: Workspace, host: Host) -> None:
         super().__init__()
@@ -93,6 +101,7 @@ class LiveFeature(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._pump)
+        self.frame_ready.connect(self._pump, Qt.ConnectionType.QueuedConnection)
         self._keys: list[QShortcut] = []  # Space and '.', only while a source is open
         self._step_wanted = False
         self.current_index: int | None = None  # the frame asked for last
@@ -309,7 +318,7 @@ class LiveFeature(QObject):
     # ---- the frames -----------------------------------------------------------------------------------------
     def _start(self, source: VideoSource, loop: bool = False) -> None:
         self.stop()
-        self.stream = LatestFrame(source, paced=True, loop=loop)
+        self.stream = LatestFrame(source, paced=True, loop=loop, on_frame=self.frame_ready.emit)
         self.shown = self._shown_at_rates = 0
         self._rates = ""
         self._rates_at = time.monotonic()
@@ -341,7 +350,7 @@ class LiveFeature(QObject):
                 or self.workspace.loading:
             return
         try:
-            frame = stream.take(timeout=0)
+            frame = stream.take_due(DUE_WAIT_S)
         except HookscopeError as error:  # a truncated file: its frames were shown; what is on screen stays
             self.stop()
             self.host.show_error(str(error))
@@ -354,10 +363,9 @@ class LiveFeature(QObject):
             return
         self._step_wanted = False
         self.current_index = frame.index
-        if stream.source.info.kind == "video":
-            self.bar.show_frame(frame.index, stream.source.info.frame_count)
         name = stream.source.info.name
-        self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb))
+        self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb),
+                                  frame=True)
         self._asked_index = frame.index
         self.workspace.request_image(self._asked, debounce=False)  # a frame is no burst of changes to gather
 
@@ -369,16 +377,20 @@ class LiveFeature(QObject):
     def _on_run_applied(self, outcome: RunOutcome) -> None:
         if self.stream is None or self._asked is None or outcome.image != self._asked:
             return
+        index = self._asked_index
         self.shown += 1
-        if self.recorder is not None and self._asked_index is not None:
-            self.recorder.add(self._asked_index, outcome.input_display, outcome.result)
+        if self.stream.source.info.kind == "video" and index is not None:
+            # with the panels, in the same repaint: the bar says which frame is on screen
+            self.bar.show_frame(index, self.stream.source.info.frame_count)
+        if self.recorder is not None and index is not None:
+            self.recorder.add(index, outcome.input_display, outcome.result)
         now = time.monotonic()
         if now - self._rates_at >= RATES_EVERY_S:  # the rates over the last second or so
             processed = (self.shown - self._shown_at_rates) / (now - self._rates_at)
             self._rates_at, self._shown_at_rates = now, self.shown
             self._rates = (f"{self.stream.source.info.name}: source {self.stream.source_fps:.1f} fps, processed "
                            f"{processed:.1f} fps, {self.stream.dropped} frames dropped")  # fmt: skip
-        if self._rates:  # after the window's own line about the run (every handler of this run has run by then)
+            # renewed once a second, shown for two: the window leaves the status line to this while frames play
             QTimer.singleShot(0, self, self._show_rates)
 
     def _show_rates(self) -> None:

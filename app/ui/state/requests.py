@@ -57,6 +57,9 @@ class ImageSource:
     name: str  # what the user sees: the file name, or "clipboard image"
     path: str | None = None
     image: Image.Image | None = field(default=None, compare=False)
+    # a frame of a playing video or camera: one of many a second, so the window renews its per-run lines (status,
+    # timings) at a reading pace instead of repainting them every frame
+    frame: bool = False
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ImageSource:
@@ -71,7 +74,7 @@ class ImageSource:
         return read_image(self.path)
 
     def loaded(self, image: Image.Image) -> ImageSource:
-        return ImageSource(self.name, self.path, image)
+        return ImageSource(self.name, self.path, image, self.frame)
 
 
 # ---- loading a model ----------------------------------------------------------------------------------------

@@ -186,9 +186,10 @@ class PredictionRow(QFrame):
         else:  # the model gave NaN or inf scores (an edit that scales by inf, say): say so, do not fail
             self.bar.setValue(0)
             self.percent.setText("NaN" if math.isnan(probability) else "inf")
-        self.setProperty("target", is_target)
-        self.style().unpolish(self)
-        self.style().polish(self)
+        if self.property("target") != is_target:  # re-styled only when it changes: a live video asks every frame
+            self.setProperty("target", is_target)
+            self.style().unpolish(self)
+            self.style().polish(self)
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.LeftButton and self.index is not None:
