@@ -314,3 +314,15 @@ def test_the_normalising_lookup_is_torchvision_bit_for_bit(channels: int, mean: 
     expected = F.normalize(F.convert_image_dtype(F.pil_to_tensor(image), torch.float), mean=list(mean), std=list(std))
     pre = Preprocess(resize=None, crop=224, mean=mean, std=std, channels=channels)
     assert torch.equal(pre.as_input(image), expected.unsqueeze(0))
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_shown_picture_is_the_input_undone(channels: int) -> None:
+    """The window shows the input as the model sees it from the fitted picture itself: it must be what undoing the
+    normalisation of the very tensor the model got gives, pixel for pixel."""
+    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.1307,), (0.3081,))
+    pre = Preprocess(resize=256, crop=224, mean=mean, std=std, channels=channels)
+    fitted = pre.fitted(_photo(300, 200, seed=3))
+    shown = pre.shown(fitted)
+    assert shown.shape == (224, 224, 3) and shown.dtype == np.uint8
+    assert np.array_equal(shown, pre.to_display(pre.as_input(fitted)))

@@ -180,7 +180,8 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     start = time.perf_counter()
     pixels = request.image.load()
     preprocess = request.loaded.preprocess
-    x = preprocess.to_tensor(pixels)
+    fitted = preprocess.fitted(pixels)
+    x = preprocess.as_input(fitted)
     others = {source.path: preprocess.to_tensor(source.load()) for source in request.others if source.path}
     pixels_b = request.image_b.load() if request.image_b is not None else None
     read_ms = (time.perf_counter() - start) * 1000
@@ -218,7 +219,7 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     start = time.perf_counter()
     shown = [r for r in result.records if (r.kind, r.key) not in request.hidden]
     deferred = tuple(r for r in result.records if (r.kind, r.key) in request.hidden)
-    display = preprocess.to_display(result.input)
+    display = preprocess.shown(fitted)  # the input as the model sees it: the picture it was made of
     display_b = preprocess.to_display(result_b.input) if result_b is not None else None
     pictures, comparison = pictures_of_records(shown, request.settings_for, request.channel_orders, request.fit,
                                                result, result_b, display_b)
