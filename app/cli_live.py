@@ -59,7 +59,7 @@ def build_live_parser() -> argparse.ArgumentParser:
         "winning when the model is slower than the source, and print the processed frames per second next to the "
         "model's own forward+backward rate, measured in the same run.",
     )
-    _add_model_options(parser, default_weights="none")
+    _add_model_options(parser)
     _add_model_file_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--video", metavar="FILE", help="a video file (mp4, avi, mkv, webm, mov, ...)")
