@@ -139,6 +139,7 @@ def check_screen(window, step: str, out: Path, report: list) -> None:
                and visible_rect(p).width() > 0 and visible_rect(p).height() > 0]
     last = window.workspace.last
     report.append({"step": step, "screenshot": name, "plots": plots, "waiting": waiting,
+                   "image": last.image.name if last is not None else "",
                    "deferred": len(last.deferred) if last is not None else 0,
                    "channel_view": window.dock("channel").isVisible() and channel.isVisible()})
     bad = [p for p in plots if p["ratio"] < MATCH_NEEDED]
@@ -328,6 +329,25 @@ def main(argv: list[str] | None = None) -> int:
     @step("run again")
     def _again() -> None:
         window.workspace.run_again()
+
+    def play_frames(count: int) -> None:
+        live = window.features["live"]
+        target = live.shown + count
+        assert wait_until(lambda: live.shown >= target, timeout_s=120), f"only {live.shown} video frames came on screen"
+        live.toggle_freeze()  # frozen, the run on screen stays: the screen is compared with it
+
+    @step("video")
+    def _video() -> None:
+        from app.ui.bench_live import write_clip  # a moving pattern, 320x240 at 30 fps (OpenCV writes it)
+
+        live = window.features["live"]
+        assert live.open_video(write_clip(out), loop=True), "the video did not open"
+        play_frames(6)  # frames after frames through the window's one run path, each painted over the last
+
+    @step("video resumed")
+    def _video_resumed() -> None:
+        window.features["live"].toggle_freeze()
+        play_frames(4)
 
     for name, action in steps:
         try:

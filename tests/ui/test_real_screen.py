@@ -27,7 +27,8 @@ DRIVER = Path(__file__).with_name("real_screen.py")
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "resources"
 STEPS = ("start", "open image", "next image", "click a class", "scroll", "scroll to the end", "scroll back", "zoom", "double-click", "channel view",
-         "top images", "lessons", "resize", "image b", "a minus b", "pop out", "channel view closed", "run again")
+         "top images", "lessons", "resize", "image b", "a minus b", "pop out", "channel view closed", "run again",
+         "video", "video resumed")
 
 
 @contextmanager
@@ -92,3 +93,6 @@ def test_every_mosaic_in_view_shows_its_picture_on_the_real_screen(tmp_path, siz
     steps = {entry["step"]: entry for entry in report}
     assert steps["channel view"]["channel_view"], "clicking a tile did not open the Channel view"
     assert not steps["channel view closed"]["channel_view"]
+    # a video played through the window: what is on screen is a frame of it, painted over the frames before
+    frames = [steps[name]["image"] for name in ("video", "video resumed")]
+    assert all(" · frame " in name for name in frames) and frames[0] != frames[1], frames
