@@ -3,13 +3,16 @@ through."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Signal
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
+    QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -22,6 +25,10 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from app.core.resources import colormap_lut
+from app.ui.widgets.detection_overlay import DetectionOverlay
+from app.ui.widgets.segmentation_legend import MASK_OPACITY
+
+Region = tuple[int, int, int, int]  # x0, y0, x1, y1 in input pixels (x1, y1 exclusive)
 
 
 class SquareView(pg.GraphicsLayoutWidget):
@@ -38,6 +45,60 @@ class SquareView(pg.GraphicsLayoutWidget):
         return width
 
 
+def region_of(a: tuple[float, float], b: tuple[float, float], width: int, height: int) -> Region | None:
+    """The input pixels a drag from ``a`` to ``b`` (view coordinates: input pixels) covers, clipped to the image:
+    every pixel the rectangle touches. None when it covers no pixel (a click, or a drag outside the image)."""
+    x0 = max(0, math.floor(min(a[0], b[0])))
+    y0 = max(0, math.floor(min(a[1], b[1])))
+    x1 = min(width, math.ceil(max(a[0], b[0])))
+    y1 = min(height, math.ceil(max(a[1], b[1])))
+    return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+
+class InputViewBox(pg.ViewBox):
+    """The input image's view. While a segmentation model is loaded, a left-button drag draws a rectangle and says
+    which input pixels it covers (``region_dragged``); the view itself never pans or zooms with the mouse."""
+
+    region_dragged = Signal(object)  # Region
+
+    def __init__(self) -> None:
+        super().__init__(lockAspect=True, invertY=True, enableMenu=False)
+        self.setMouseEnabled(False, False)
+        self.regions_enabled = False
+        self.image_size: tuple[int, int] = (0, 0)  # width, height of the image shown
+        self.rubber_band = QGraphicsRectItem()
+        pen = QPen(QColor("#ffffff"))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.0)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        self.rubber_band.setPen(pen)
+        self.rubber_band.setZValue(2000)
+        self.rubber_band.setVisible(False)
+        self.addItem(self.rubber_band, ignoreBounds=True)
+
+    def mouseDragEvent(self, event, axis=None) -> None:  # noqa: N802 (pyqtgraph's name)
+        if not self.regions_enabled or event.button() != Qt.MouseButton.LeftButton:
+            event.ignore()
+            return
+        event.accept()
+        start = self.mapSceneToView(event.buttonDownScenePos())
+        now = self.mapSceneToView(event.scenePos())
+        self.rubber_band.setRect(QRectF(start, now).normalized())
+        self.rubber_band.setVisible(True)
+        if event.isFinish():
+            region = region_of((start.x(), start.y()), (now.x(), now.y()), *self.image_size)
+            self.show_region(region)
+            if region is not None:
+                self.region_dragged.emit(region)
+
+    def show_region(self, region: Region | None) -> None:
+        """Frame ``region`` (the target's), or nothing."""
+        self.rubber_band.setVisible(region is not None)
+        if region is not None:
+            x0, y0, x1, y1 = region
+            self.rubber_band.setRect(QRectF(x0, y0, x1 - x0, y1 - y0))
+
+
 class InputPanel(QWidget):
     image_selected = Signal(int)  # row in the image list
     step_requested = Signal(int)  # -1 previous, +1 next
@@ -51,10 +112,18 @@ class InputPanel(QWidget):
         self.view = SquareView()
         self.view.setMinimumSize(120, 120)
         self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self._box = self.view.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
-        self._box.setMouseEnabled(False, False)
+        self._box = InputViewBox()
+        self.view.addItem(self._box)
+        self.region_dragged = self._box.region_dragged
         self.image_item = pg.ImageItem()
         self._box.addItem(self.image_item)
+        # A segmentation model's predicted classes: the class map itself, coloured by a lookup table of classes.
+        self.mask_item = pg.ImageItem()
+        self.mask_item.setOpacity(MASK_OPACITY)
+        self.mask_item.setVisible(False)
+        self._box.addItem(self.mask_item)
+        self.detections = DetectionOverlay(self._box, self)
+        self.box_chosen = self.detections.box_chosen
         self.saliency_item = pg.ImageItem()
         self.saliency_item.setLookupTable(colormap_lut("inferno"))
         self.saliency_item.setOpacity(0.75)
@@ -92,6 +161,12 @@ class InputPanel(QWidget):
         layout.addWidget(self.name)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.saliency_box)
+        self.mask_box = QCheckBox("Show the predicted mask")
+        self.mask_box.setToolTip("The segmentation model's predicted class of each pixel, a colour per class")
+        self.mask_box.setChecked(True)
+        self.mask_box.setVisible(False)
+        self.mask_box.toggled.connect(self._show_mask_item)
+        layout.addWidget(self.mask_box)
         layout.addWidget(self._list_box)
 
     def show_input(self, rgb: np.ndarray, saliency: np.ndarray | None, name: str) -> None:
@@ -104,8 +179,34 @@ class InputPanel(QWidget):
         self.saliency_box.setEnabled(saliency is not None)
         self.name.setText(name)
         self.name.setToolTip(name)
+        self._box.image_size = (int(rgb.shape[1]), int(rgb.shape[0]))
         if shape_changed:
             self._box.autoRange(padding=0.01)
+
+    def show_mask(self, classes: np.ndarray | None, lut: np.ndarray | None = None) -> None:
+        """A segmentation model's predicted class map (H, W) over the image, coloured by ``lut`` ((K, 4) RGBA by
+        class index); None: no mask (another kind of model)."""
+        self.mask_box.setVisible(classes is not None)
+        if classes is None or lut is None:
+            self.mask_item.setVisible(False)
+            return
+        self.mask_item.setLookupTable(lut)
+        # levels (0, K) with K colours: class c is the table's row c, no rescaling in between
+        self.mask_item.setImage(classes, autoLevels=False, levels=(0, len(lut)))
+        self.mask_item.setRect(0, 0, classes.shape[1], classes.shape[0])
+        self._show_mask_item(self.mask_box.isChecked())
+
+    def _show_mask_item(self, shown: bool) -> None:
+        self.mask_item.setVisible(shown and self.mask_box.isVisible() and self.mask_item.image is not None)
+
+    def set_regions_enabled(self, enabled: bool) -> None:
+        """Whether a drag on the image picks a region (segmentation models)."""
+        self._box.regions_enabled = enabled
+        self.view.setToolTip("Drag a rectangle: take gradients of the targeted class over that region"
+                             if enabled else "")
+
+    def show_region(self, region: Region | None) -> None:
+        self._box.show_region(region)
 
     def set_list(self, paths: list[str], current: int | None) -> None:
         self.list.blockSignals(True)

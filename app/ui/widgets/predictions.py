@@ -13,9 +13,11 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QSlider,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -24,6 +26,8 @@ from superqt import QElidingLabel
 
 from app.core.capture import Prediction
 from app.core.compare import PredictionChange
+from app.ui.widgets.detection_overlay import DEFAULT_THRESHOLD
+from app.ui.widgets.segmentation_legend import SegmentationLegend
 from app.ui.widgets.wrapped_label import WrappedLabel
 
 THUMBNAIL = 72
@@ -197,6 +201,100 @@ class PredictionRow(QFrame):
         super().mousePressEvent(event)
 
 
+class DetectionControls(QWidget):
+    """A detection model's score threshold (the boxes drawn on the input) and how many boxes pass it."""
+
+    threshold_changed = Signal(float)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, 100)  # hundredths of a score
+        self.slider.setValue(round(DEFAULT_THRESHOLD * 100))
+        self.slider.setToolTip("Boxes with a score at or above this are drawn on the input")
+        self.value = QLabel("")
+        self.value.setMinimumWidth(36)
+        self.count = QLabel("")
+        self.count.setObjectName("muted")
+        self.count.setWordWrap(True)
+        hint = QLabel("Click a box on the input to take gradients of its score.")
+        hint.setObjectName("muted")
+        hint.setWordWrap(True)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel("Score ≥"))
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.value)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(row)
+        layout.addWidget(self.count)
+        layout.addWidget(hint)
+        self.slider.valueChanged.connect(self._on_value)
+        self._on_value(self.slider.value())
+
+    @property
+    def threshold(self) -> float:
+        return self.slider.value() / 100
+
+    def set_threshold(self, threshold: float) -> None:
+        self.slider.setValue(round(threshold * 100))
+
+    def show_count(self, shown: int, total: int) -> None:
+        self.count.setText(f"{shown} of {total} detections drawn" if total else "The model found no object.")
+
+    def _on_value(self, value: int) -> None:
+        self.value.setText(f"{value / 100:.2f}")
+        self.threshold_changed.emit(value / 100)
+
+
+class SimilarityControls(QWidget):
+    """An embedding model's targets: the cosine similarity to image B's embedding, or to a text's (CLIP-like
+    models), and the score of the last run."""
+
+    image_b_chosen = Signal()
+    text_chosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.image_b_button = QPushButton("Similarity to image B")
+        self.image_b_button.setToolTip("Take gradients of the cosine similarity of this image's embedding to image B's")
+        self.image_b_button.clicked.connect(self.image_b_chosen)
+        self.text_label = QLabel("Similarity to the text:")
+        self.text_field = QLineEdit()
+        self.text_field.setPlaceholderText("a photo of a cat")
+        self.text_field.setToolTip("Type a description and press Enter: the target is the cosine similarity of the "
+                                   "image's embedding to the text's")
+        self.text_field.returnPressed.connect(self._on_text)
+        self.score = WrappedLabel("")
+        self.score.setObjectName("panelTitle")
+        self.hint = WrappedLabel("")
+        self.hint.setObjectName("muted")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.score)
+        layout.addWidget(self.image_b_button)
+        layout.addWidget(self.text_label)
+        layout.addWidget(self.text_field)
+        layout.addWidget(self.hint)
+
+    def configure(self, has_image_b: bool, has_text: bool) -> None:
+        self.image_b_button.setEnabled(has_image_b)
+        self.text_label.setVisible(has_text)
+        self.text_field.setVisible(has_text)
+        self.hint.setText("" if has_image_b else "Open an image B (File > Open image B…) to compare embeddings.")
+        self.hint.setVisible(not has_image_b)
+
+    def show_score(self, text: str) -> None:
+        self.score.setText(text)
+        self.score.setVisible(bool(text))
+
+    def _on_text(self) -> None:
+        text = self.text_field.text().strip()
+        if text:
+            self.text_chosen.emit(text)
+
+
 class PredictionsPanel(QWidget):
     """What the model predicts, and which score the gradients are taken of."""
 
@@ -226,6 +324,16 @@ class PredictionsPanel(QWidget):
         self.changes_label.setVisible(False)
         self.side_by_side = SideBySidePredictions()  # image A and image B, when B is set
         self.side_by_side.setVisible(False)
+        # What a segmentation, detection or embedding model shows instead of class rows (``show_task``).
+        self.legend = SegmentationLegend()
+        self.legend.class_chosen.connect(lambda c: self.target_chosen.emit(f"class:{c}"))
+        self.legend.setVisible(False)
+        self.detection = DetectionControls()
+        self.detection.setVisible(False)
+        self.similarity = SimilarityControls()
+        self.similarity.text_chosen.connect(lambda text: self.target_chosen.emit(f"text:{text}"))
+        self.similarity.setVisible(False)
+        self.task = "classification"
         # Two rows: in one, the three needed about 240 px and the 230 px column scrolled sideways.
         buttons = QVBoxLayout()
         top1_row = QHBoxLayout()
@@ -245,10 +353,16 @@ class PredictionsPanel(QWidget):
             row.clicked.connect(self.target_chosen.emit)
             row.setVisible(False)
             layout.addWidget(row)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.detection)
+        layout.addWidget(self.similarity)
         layout.addWidget(self.changes_label)
         layout.addSpacing(4)
         layout.addWidget(self.target_label)
-        layout.addLayout(buttons)
+        self.class_buttons = QWidget()  # "Use top-1" and "or class N": they name a class of a classifier
+        self.class_buttons.setLayout(buttons)
+        buttons.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.class_buttons)
         layout.addWidget(self.hint)
         layout.addWidget(self.side_by_side)
         layout.addStretch(1)
@@ -266,6 +380,18 @@ class PredictionsPanel(QWidget):
         self.hint.setText(
             "Click a class to take gradients of its score." if top5 else "This model's output is not class scores."
         )
+
+    def show_task(self, task: str) -> None:
+        """Show what a model of ``task`` ("classification", "segmentation", "detection", "embedding") offers."""
+        self.task = task
+        self.legend.setVisible(task == "segmentation")
+        self.detection.setVisible(task == "detection")
+        self.similarity.setVisible(task == "embedding")
+        self.class_buttons.setVisible(task in ("classification", "segmentation"))
+        self.top1_button.setText("Use top-1" if task == "classification" else "Use the default target")
+        self.top1_button.setToolTip("Take gradients of whichever class scores highest" if task == "classification"
+                                    else "Back to the model's default target (top1)")
+        self.hint.setVisible(task == "classification")
 
     def show_changes(self, changes: list[PredictionChange]) -> None:
         """Each top-5 row's change since the run without edits (``prediction_changes``); empty: no edits."""

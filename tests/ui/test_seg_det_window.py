@@ -1,0 +1,150 @@
+"""Issue 25 in the window: a segmentation model's mask and legend, a region dragged on the input, a detection
+model's boxes with their threshold, an embedding model's similarity targets; each sets the gradient target.
+
+The first tests drive the widgets alone on plain arrays (real mouse events through ``QTest``); the window tests
+load real torchvision models built by name with untrained weights (nothing downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
+
+from app.ui.widgets.detection_overlay import Box
+from app.ui.widgets.input_panel import InputPanel, region_of
+from app.ui.widgets.predictions import PredictionsPanel
+from app.ui.widgets.segmentation_legend import class_colours, class_shares, mask_data, mask_lut, most_common_class
+
+RUN_TIMEOUT_MS = 120_000
+
+
+def view_point(panel: InputPanel, x: float, y: float) -> QPoint:
+    """Where input pixel (x, y) is on the input view's viewport."""
+    return panel.view.mapFromScene(panel._box.mapViewToScene(QPointF(x, y)))
+
+
+def drag(panel: InputPanel, start: tuple[float, float], end: tuple[float, float]) -> None:
+    """A real left-button drag on the input view, in steps (pyqtgraph starts a drag after a few pixels)."""
+    viewport = panel.view.viewport()
+    QTest.mousePress(viewport, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, view_point(panel, *start))
+    for step in range(1, 7):
+        x = start[0] + (end[0] - start[0]) * step / 6
+        y = start[1] + (end[1] - start[1]) * step / 6
+        QTest.mouseMove(viewport, view_point(panel, x, y))
+    QTest.mouseRelease(viewport, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, view_point(panel, *end))
+
+
+def click(panel: InputPanel, x: float, y: float) -> None:
+    QTest.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
+                     view_point(panel, x, y))
+
+
+@pytest.fixture
+def input_panel(qtbot) -> InputPanel:
+    panel = InputPanel()
+    qtbot.addWidget(panel)
+    panel.resize(400, 500)
+    panel.show()
+    panel.show_input(np.full((60, 90, 3), 120, np.uint8), None, "grey")
+    qtbot.waitExposed(panel)
+    return panel
+
+
+# ---- the widgets on plain arrays ------------------------------------------------------------------------------
+
+
+def test_class_colours_are_distinct_and_stable() -> None:
+    colours = class_colours(40)
+    assert colours.shape == (40, 3) and colours.dtype == np.uint8
+    assert len({tuple(c) for c in colours}) == 40
+    assert np.array_equal(class_colours(40)[:21], class_colours(21)), "a class keeps its colour"
+    assert mask_lut(21).shape == (21, 4) and (mask_lut(21)[:, 3] == 255).all()
+
+
+def test_class_shares_and_the_most_common_class_of_a_region() -> None:
+    classes = np.zeros((10, 10), np.int64)
+    classes[:, 6:] = 3
+    classes[0, 0] = 7
+    shares = class_shares(classes, ["bg", "a", "b", "car"])
+    assert [(s.index, s.label) for s in shares] == [(0, "bg"), (3, "car"), (7, "class 7")]
+    assert [s.share for s in shares] == [pytest.approx(0.59), pytest.approx(0.4), pytest.approx(0.01)]
+    assert most_common_class(classes, (5, 0, 10, 10)) == 3
+    assert most_common_class(classes, (0, 0, 1, 1)) == 7
+    assert most_common_class(classes, (4, 4, 4, 9)) is None  # no pixel
+
+
+def test_the_mask_item_holds_the_classes_and_the_legend_lists_them(input_panel, qtbot) -> None:
+    classes = np.zeros((60, 90), np.int64)
+    classes[10:30, 20:50] = 5
+    classes[40:, :] = 2
+    input_panel.show_mask(mask_data(classes), mask_lut(6))
+    assert input_panel.mask_item.isVisible()
+    assert np.array_equal(input_panel.mask_item.image, classes)
+    input_panel.mask_box.setChecked(False)
+    assert not input_panel.mask_item.isVisible()
+    input_panel.show_mask(None)
+    assert not input_panel.mask_box.isVisible() and not input_panel.mask_item.isVisible()
+
+    panel = PredictionsPanel()
+    qtbot.addWidget(panel)
+    panel.show_task("segmentation")
+    panel.legend.show_mask(classes, None, class_colours(6), target_class=2)
+    assert panel.legend.texts == ["class 0 55.6%", "class 2 33.3%", "class 5 11.1%"]
+    chosen = [row for row in panel.legend.rows if row.property("target")]
+    assert [row.index for row in chosen] == [2]
+    with qtbot.waitSignal(panel.target_chosen) as signal:
+        qtbot.mouseClick(panel.legend.rows[2], Qt.MouseButton.LeftButton)
+    assert signal.args == ["class:5"]
+
+
+def test_region_of_a_drag_covers_the_pixels_it_touches() -> None:
+    assert region_of((10.4, 5.5), (3.2, 20.0), 90, 60) == (3, 5, 11, 20)
+    assert region_of((-5, -5), (200, 200), 90, 60) == (0, 0, 90, 60)
+    assert region_of((3, 3), (3, 9), 90, 60) is None  # no width
+    assert region_of((100, 3), (120, 9), 90, 60) is None  # outside the image
+
+
+def test_a_real_drag_on_the_input_gives_the_region(input_panel, qtbot) -> None:
+    regions: list = []
+    input_panel.region_dragged.connect(regions.append)
+    drag(input_panel, (10, 10), (40, 30))
+    assert regions == [], "no region unless a segmentation model asks for them"
+    input_panel.set_regions_enabled(True)
+    qtbot.wait(QApplication.doubleClickInterval() + 100)  # a press soon after the last release is a double click
+    drag(input_panel, (10, 10), (40, 30))
+    assert len(regions) == 1
+    x0, y0, x1, y1 = regions[0]
+    assert abs(x0 - 10) <= 1 and abs(y0 - 10) <= 1 and abs(x1 - 40) <= 1 and abs(y1 - 30) <= 1
+    band = input_panel._box.rubber_band
+    assert band.isVisible() and band.rect().getCoords() == (x0, y0, x1, y1)
+
+
+def test_boxes_above_the_threshold_are_drawn_and_a_click_chooses_one(input_panel, qtbot) -> None:
+    overlay = input_panel.detections
+    boxes = [Box(0, 5, 5, 30, 30, 1, "cat", 0.9), Box(1, 50, 20, 85, 55, 2, "dog", 0.3),
+             Box(2, 10, 35, 40, 58, 1, "cat", 0.6)]
+    overlay.show_boxes(boxes, None)
+    assert [item.box.number for item in overlay.items] == [0, 2]
+    assert [item.text.textItem.toPlainText() for item in overlay.items] == ["cat 0.90", "cat 0.60"]
+    overlay.set_threshold(0.2)
+    assert len(overlay.items) == 3
+    with qtbot.waitSignal(input_panel.box_chosen) as chosen:
+        click(input_panel, 70, 40)
+    assert chosen.args == [1]
+    overlay.show_boxes(boxes, 1)
+    overlay.set_threshold(0.95)
+    assert [item.box.number for item in overlay.items] == [1], "the target stays drawn whatever its score"
+    assert overlay.items[0].pen().widthF() > 2
+
+
+def test_the_threshold_slider_says_how_many_boxes_pass(qtbot) -> None:
+    panel = PredictionsPanel()
+    qtbot.addWidget(panel)
+    panel.show_task("detection")
+    assert panel.detection.threshold == 0.5 and panel.detection.value.text() == "0.50"
+    with qtbot.waitSignal(panel.detection.threshold_changed) as changed:
+        panel.detection.slider.setValue(20)
+    assert changed.args == [pytest.approx(0.2)]
+    assert not panel.class_buttons.isVisibleTo(panel) and panel.detection.isVisibleTo(panel)
