@@ -74,7 +74,8 @@ def _add_model_options(parser: argparse.ArgumentParser, default_weights: str = D
     """--model, --weights, --seed and --device, which mean the same in every command (``default_weights``: only
     for a command whose weights do not matter, such as bench's timings)."""
     parser.add_argument(
-        "--model", default="resnet18", help="torchvision model name, or timm/NAME when timm is installed (default: resnet18)"
+        "--model", default="resnet18", help="torchvision model name, timm/NAME when timm is installed, or hf:ORG/NAME "
+        "(a transformers image model from the Hugging Face Hub) (default: resnet18)"
     )
     parser.add_argument("--weights", default=default_weights, help=WEIGHTS_HELP if default_weights == DEFAULT_WEIGHTS
                         else WEIGHTS_HELP.replace("(default: default)", f"(default: {default_weights})"))  # fmt: skip
@@ -177,7 +178,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
         description="Download a catalogue model's pretrained weights into the torch hub cache, verified against "
         "the hash in the file name. HOOKSCOPE_WEIGHTS_URL replaces the base address (mirrors).",
     )
-    download.add_argument("--model", default="resnet18", help="torchvision model name (default: resnet18)")
+    download.add_argument("--model", default="resnet18", help="torchvision model name, hf:ORG/NAME (a model from the "
+                          "Hugging Face Hub, into its cache) or timm/NAME (timm's weights, from the Hub) "
+                          "(default: resnet18)")  # fmt: skip
     download.add_argument("--force", action="store_true", help="download again even when the file is cached")
     download.add_argument("--timeout", type=float, default=30.0, help="seconds without data before giving up (default: 30)")
     download.add_argument(
@@ -324,14 +327,48 @@ def load_for_cli(args: argparse.Namespace):
     from app.core.pipeline import open_model
 
     source = model_source(args)
+    if not source.file:
+        fetch_for_cli(source.name, source.weights)
     with building(source):
         loaded = open_model(source)
     if not source.file:
-        if args.weights == "default" and not loaded.pretrained and not args.model.startswith(TIMM_PREFIX):
+        if args.weights == "default" and not loaded.pretrained and not args.model.startswith((TIMM_PREFIX, "hf:")):
             loaded.notice = loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     return loaded
+
+
+def fetch_for_cli(name: str, weights: str) -> None:
+    """Before opening hf:ORG/NAME, or timm/NAME with --weights default: what is not in the Hugging Face cache is
+    downloaded, with a progress line (Ctrl-C stops it; the part that came stays in the cache, and the next run
+    resumes it). Nothing for other models, or when all is cached."""
+    from app.core import hub_models
+    from app.core.models import TIMM_PREFIX, timm_available
+
+    if name.startswith(hub_models.HF_PREFIX):
+        if weights not in ("default", "none") or hub_models.is_cached(name, weights):
+            return  # a weights file is refused, in one line, when the model opens
+        label = name
+        fetch = lambda bar: hub_models.fetch_model(name, weights, progress=bar)  # noqa: E731
+    elif name.startswith(TIMM_PREFIX) and weights == "default" and timm_available():
+        from app.core.models import _timm_cached_weights, check_model_name
+
+        check_model_name(name)
+        arch = name[len(TIMM_PREFIX) :]
+        if _timm_cached_weights(arch) is not None or hub_models.timm_hub_file(arch) is None:
+            return
+        label = f"{name}'s weights"
+        fetch = lambda bar: hub_models.fetch_timm_weights(arch, progress=bar)  # noqa: E731
+    else:
+        return
+    bar = _hub_bar(label)
+    try:
+        with sigterm_raises():
+            fetch(bar)
+    finally:
+        if bar.drawn:
+            sys.stderr.write("\n")
 
 
 def _edits(args: argparse.Namespace) -> list:
@@ -707,6 +744,8 @@ def run_download(args: argparse.Namespace) -> int:
 
     if args.min_rate < 0:
         raise HookscopeError(f"--min-rate is a speed in kB/s (0: no minimum), not {args.min_rate:g}.")
+    if args.model.startswith(("hf:", "timm/")):
+        return run_hub_download(args)
     url = weights_url(args.model)  # checks the name first
     target = default_weights_file(args.model)
     if target.is_file() and not args.force:
@@ -727,6 +766,56 @@ def run_download(args: argparse.Namespace) -> int:
             sys.stderr.write("\n")  # end the bar's line, so that what follows starts on its own
     if path is None:
         print("hookscope: download stopped (SIGTERM); nothing was saved to the cache", file=sys.stderr)
+        return SIGTERM_EXIT
+    print(path)
+    return 0
+
+
+def _hub_bar(label: str):
+    """The progress bar of a download from the Hugging Face Hub, announced by one line when bytes start to come
+    (not before: the Hub may answer that the name does not exist, or be unreachable with the files cached)."""
+    from app.core import hub_models
+
+    bar = _progress_bar(label)
+
+    def show(done: int, total: int | None, rate: float) -> None:
+        if not bar.drawn:
+            print(f"hookscope: downloading {label} from {hub_models.hub_endpoint()} into {hub_models.hub_cache()}",
+                  file=sys.stderr)  # fmt: skip
+        bar(done, total, rate)
+        show.drawn = bar.drawn
+
+    show.drawn = False
+    return show
+
+
+def run_hub_download(args: argparse.Namespace) -> int:
+    """hookscope download --model hf:ORG/NAME (the model's files) or timm/NAME (timm's pretrained weights), into the
+    Hugging Face cache; Ctrl-C keeps the part that came, and the next download resumes it."""
+    from app.core import hub_models
+    from app.core.models import check_model_name
+
+    check_model_name(args.model)
+    if args.model.startswith("timm/"):
+        arch = args.model[len("timm/") :]
+        label = f"{args.model}'s weights"
+        fetch = lambda bar: hub_models.fetch_timm_weights(arch, progress=bar, timeout=args.timeout)  # noqa: E731
+    else:
+        label = args.model
+        fetch = lambda bar: hub_models.fetch_model(args.model, "default", progress=bar, timeout=args.timeout)  # noqa: E731
+    bar = _hub_bar(label)
+    path = None
+    try:
+        with sigterm_raises():
+            path = fetch(bar)
+    except Terminated:
+        pass
+    finally:
+        if bar.drawn:
+            sys.stderr.write("\n")
+    if path is None:
+        print("hookscope: download stopped (SIGTERM); the part that came is kept and the next download resumes it",
+              file=sys.stderr)  # fmt: skip
         return SIGTERM_EXIT
     print(path)
     return 0

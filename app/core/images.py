@@ -217,6 +217,9 @@ class Preprocess:
     std: tuple[float, ...]
     channels: int = 3
     interpolation: str = "bilinear"
+    # The whole picture resized to crop x crop, its aspect ratio not kept (transformers' image processors whose
+    # ``size`` is a height and a width, e.g. ViT's 224 x 224); ``resize`` is then None. Off: torchvision's steps.
+    squash: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
@@ -251,6 +254,8 @@ class Preprocess:
         """
         wanted = "L" if self.channels == 1 else "RGB"
         img = image if image.mode == wanted else image.convert(wanted)
+        if self.squash:
+            return F.resize(img, [self.crop, self.crop], interpolation=_INTERPOLATIONS[self.interpolation], antialias=True)
         if self.resize is not None:
             img = self._resize(img, self.resize)
         return F.center_crop(img, [self.crop])
@@ -329,6 +334,8 @@ class Preprocess:
     def describe(self) -> dict[str, Any]:
         """All fields as plain JSON values, for run records and the command line."""
         data = asdict(self)
+        if not self.squash:  # records and sessions of torchvision-style preprocessing stay as they were
+            del data["squash"]
         data["mean"] = list(self.mean)
         data["std"] = list(self.std)
         return data

@@ -8,7 +8,7 @@ import functools
 import importlib.util
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,7 +22,8 @@ from app.core.images import Preprocess
 DEFAULT_MODEL = "resnet18"
 TIMM_PREFIX = "timm/"  # catalogue names of timm models: "timm/resnet50"
 # Where a model came from, in LoadedModel.source.
-SOURCES = ("catalogue", "timm", "state_dict", "pickle", "python")
+SOURCES = ("catalogue", "timm", "state_dict", "pickle", "python", "hub")  # "hub": hf:ORG/NAME (hub_models)
+HF_PREFIX = "hf:"  # models from the Hugging Face Hub by name: "hf:google/vit-base-patch16-224"
 
 
 @dataclass
@@ -42,6 +43,9 @@ class LoadedModel:
     source: str = "catalogue"  # one of SOURCES
     model_file: str = ""  # the file (or "model.py:build") it was opened from, for sources other than the catalogue
     model_sha256: str = ""  # the model file's SHA-256 when it was taken on opening (open_model(..., hash_file=True))
+    task: str = "classification"  # "classification", "segmentation", "detection" or "embedding"
+    # For CLIP-like models: a prompt's normalised (1, D) text embedding, for text:PROMPT targets; None otherwise.
+    text_embedder: Callable[[str], torch.Tensor] | None = None
 
     @property
     def display_name(self) -> str:
@@ -58,6 +62,8 @@ class LoadedModel:
         pretrained weights were asked for but are not cached), "File: NAME" (a state_dict or pickled model, or a
         weights file loaded into the model) or "Built by FILE:FUNCTION (seed 0)" (a Python factory's own weights).
         """
+        if self.source == "hub":
+            return f"Random weights (seed {self.seed})" if self.weights == "none" else "Pretrained (Hugging Face Hub)"
         if self.source in ("catalogue", "timm"):
             if not self.pretrained or self.weights == "none":
                 return f"Random weights (seed {self.seed})"
@@ -111,6 +117,10 @@ def timm_catalogue() -> list[str]:
 
 def check_model_name(name: str) -> None:
     """Raise a ModelError with close matches when ``name`` is not in the catalogue."""
+    if name.startswith(HF_PREFIX):  # any repo on the Hub: only its spelling is checked here, no network
+        from app.core.hub_models import check_hub_name
+
+        return check_hub_name(name)
     if name.startswith(TIMM_PREFIX):
         if not timm_available():
             raise ModelError(f"'{name}' is a timm model and timm is not installed: pip install 'hookscope[timm]'.")
@@ -172,6 +182,10 @@ def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = T
     unless ``strict`` is False: then the tensors that fit are loaded and the notice says what was left out; its
     classes are unknown (``categories`` None). Nothing is ever downloaded here (see :mod:`app.core.weights`).
     """
+    if name.startswith(HF_PREFIX):  # fetched into the Hub cache when needed (app.core.hub_models)
+        from app.core.hub_models import load_hub_model
+
+        return load_hub_model(name, weights, seed)
     check_model_name(name)
     if name.startswith(TIMM_PREFIX):
         return _load_timm(name, weights, seed, strict)

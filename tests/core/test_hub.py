@@ -1,0 +1,226 @@
+"""Models from the Hugging Face Hub by name: a real Hub on 127.0.0.1 (tests/hub_server.py) serving tiny models
+saved with ``save_pretrained``, the real huggingface_hub client, the command line run as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from app.core import hub_models
+from app.core.errors import ModelError
+from app.core.weights import DownloadCancelled
+from tests.hub_server import HubServer, commit_of, make_bert, make_clip, make_dino, make_segformer, make_timm, make_vit
+from tests.loopback import serving
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "resources" / "chelsea.png"
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hub")
+    make_vit(folder / "tiny" / "vit")
+    make_clip(folder / "tiny" / "clip")
+    make_segformer(folder / "tiny" / "segformer")
+    make_dino(folder / "tiny" / "dino")
+    make_bert(folder / "tiny" / "bert")
+    make_timm(folder / "timm" / "test_resnet.r160_in1k")
+    make_vit(folder / "tiny" / "gated")
+    return folder
+
+
+@pytest.fixture
+def hub(repos, tmp_path, monkeypatch):
+    """The Hub serving ``repos``, and an empty Hugging Face cache, for this process and the commands it runs."""
+    with serving(HubServer(repos, gated=("tiny/gated",))) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.base)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        yield server
+
+
+def hookscope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))  # fmt: skip
+
+
+def gets(server: HubServer, name: str) -> list[str | None]:
+    """The Range headers of the GETs of ``name`` (None: a whole-file GET)."""
+    return [r for method, path, r in server.requests if method == "GET" and path.endswith("/" + name)]
+
+
+def test_export_loads_a_hub_classifier_by_name(hub, tmp_path):
+    out = tmp_path / "out"
+    done = hookscope("export", "--model", "hf:tiny/vit", "--weights", "default", "--image", str(SAMPLE),
+                     "--layers", "vit.layers.0,classifier", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "downloading hf:tiny/vit" in done.stderr and "MB" in done.stderr  # the progress line
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["name"] == "hf:tiny/vit" and manifest["model"]["source"] == "hub"
+    assert manifest["model"]["pretrained"] is True
+    # The repo's image processor: 40 x 40, squashed, bicubic, its own mean and std.
+    assert manifest["preprocessing"]["crop"] == 40 and manifest["preprocessing"]["squash"] is True
+    assert manifest["preprocessing"]["interpolation"] == "bicubic"
+    assert manifest["preprocessing"]["mean"] == pytest.approx([0.5, 0.4, 0.3])
+    assert manifest["modules"]["classifier"]["records"]
+    assert sorted(p["label"] for p in manifest["prediction_top5"]) == ["thing0", "thing1", "thing2"]  # id2label
+    snapshot = Path(os.environ["HF_HOME"]) / "hub" / "models--tiny--vit" / "snapshots" / commit_of("tiny/vit")
+    served = (hub.folder / "tiny" / "vit" / "model.safetensors").read_bytes()
+    assert (snapshot / "model.safetensors").read_bytes() == served  # huggingface_hub's own cache layout
+
+
+def test_weights_none_builds_from_the_config_without_fetching_the_weights(hub):
+    loaded = hub_models.load_hub_model("hf:tiny/vit", "none", seed=3)
+    assert not loaded.pretrained and loaded.weights_text == "Random weights (seed 3)"
+    assert gets(hub, "model.safetensors") == [] and gets(hub, "config.json")
+    again = hub_models.load_hub_model("hf:tiny/vit", "none", seed=3)
+    first, second = loaded.module.state_dict(), again.module.state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)  # seeded
+
+
+def test_preprocessing_matches_the_repos_image_processor(repos):
+    from transformers import AutoImageProcessor
+
+    image = Image.open(SAMPLE).convert("RGB")
+    for name, tolerance in (("vit", 0.02), ("clip", 0.05)):
+        processor = AutoImageProcessor.from_pretrained(str(repos / "tiny" / name))
+        preprocess = hub_models.hub_preprocess(processor)
+        theirs = processor(images=image, return_tensors="pt")["pixel_values"]
+        ours = preprocess.to_tensor(image)
+        assert ours.shape == theirs.shape
+        assert float((ours - theirs).abs().mean()) < tolerance, name
+    clip = hub_models.hub_preprocess(AutoImageProcessor.from_pretrained(str(repos / "tiny" / "clip")))
+    assert (clip.resize, clip.crop, clip.squash, clip.interpolation) == (36, 32, False, "bicubic")
+
+
+def test_a_cut_download_resumes_with_a_range_request(hub):
+    hub.drop_once.add("timm/test_resnet.r160_in1k/model.safetensors")
+    path = hub_models.fetch_timm_weights("test_resnet")
+    served = (hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors").read_bytes()
+    assert path.read_bytes() == served
+    ranges = gets(hub, "model.safetensors")
+    assert ranges[0] is None and ranges[1] is not None and int(ranges[1].split("=")[1].rstrip("-")) > 0
+
+
+def test_a_cancelled_download_keeps_its_part_and_the_next_one_resumes_it(hub):
+    seen = []
+
+    def cancelled() -> bool:
+        return bool(seen) and seen[-1] > 500_000
+
+    with pytest.raises(DownloadCancelled):
+        hub_models.fetch_timm_weights("test_resnet", progress=lambda d, t, r: seen.append(d), cancelled=cancelled)
+    blobs = hub_models.repo_cache("timm/test_resnet.r160_in1k") / "blobs"
+    partial = [p for p in blobs.iterdir() if p.name.endswith(".incomplete")]
+    assert len(partial) == 1 and partial[0].stat().st_size > 400_000
+    kept = partial[0].stat().st_size
+    done = []
+    path = hub_models.fetch_timm_weights("test_resnet", progress=lambda d, t, r: done.append((d, t)))
+    served = (hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors").read_bytes()
+    assert path.read_bytes() == served and not any(blobs.glob("*.incomplete"))
+    assert gets(hub, "model.safetensors")[-1] == f"bytes={kept}-"
+    assert done[-1] == (len(served), len(served))
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == path.resolve().name  # the blob is named by its SHA-256
+
+
+def test_offline_from_the_cache_and_one_line_when_not_cached(hub, repos, tmp_path):
+    out = tmp_path / "out"
+    assert hookscope("download", "--model", "hf:tiny/dino").returncode == 0
+    os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the Hub is unreachable
+    done = hookscope("export", "--model", "hf:tiny/dino", "--image", str(SAMPLE), "--layers", "encoder.pooler",
+                     "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "opened from the cache" in done.stderr
+    missing = hookscope("export", "--model", "hf:tiny/vit", "--image", str(SAMPLE), "--out", str(out))
+    assert missing.returncode == 2
+    lines = missing.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not in the Hugging Face cache" in lines[0] and "cannot be reached" in lines[0]
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("hf:tiny/nothere", "does not exist on the Hugging Face Hub"),
+    ("hf:tiny/bert", "hf:tiny/bert is a bert text model, not an image model"),
+    ("hf:tiny/gated", "is gated"),
+    ("hf:not a name", "is not a Hugging Face model name"),
+])  # fmt: skip
+def test_what_cannot_be_opened_is_one_line_exit_2(hub, tmp_path, name, words):
+    done = hookscope("export", "--model", name, "--image", str(SAMPLE), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
+
+
+def test_timm_pretrained_weights_come_from_the_hub(hub, tmp_path):
+    out = tmp_path / "out"
+    done = hookscope("export", "--model", "timm/test_resnet", "--weights", "default", "--image", str(SAMPLE),
+                     "--layers", "conv1", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "downloading timm/test_resnet's weights" in done.stderr
+    assert json.loads((out / "manifest.json").read_text())["model"]["pretrained"] is True
+    from safetensors.torch import load_file
+
+    from app.core.models import load_model
+
+    loaded = load_model("timm/test_resnet", "default")  # from the cache now, as timm reads it
+    served = load_file(str(hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors"))
+    state = loaded.module.state_dict()
+    assert loaded.pretrained and all(torch.equal(state[k], v) for k, v in served.items())
+
+
+def test_segmentation_and_embedding_models(hub):
+    seg = hub_models.load_hub_model("hf:tiny/segformer")
+    assert seg.task == "segmentation" and seg.categories == ["part0", "part1", "part2", "part3"]
+    logits = seg.module(seg.preprocess.to_tensor(Image.open(SAMPLE).convert("RGB"))).logits
+    assert logits.shape[:2] == (1, 4) and logits.ndim == 4
+    dino = hub_models.load_hub_model("hf:tiny/dino")
+    assert dino.task == "embedding" and dino.text_embedder is None
+    x = dino.preprocess.to_tensor(Image.open(SAMPLE).convert("RGB"))
+    assert torch.equal(dino.module(x), dino.module.encoder(pixel_values=x).pooler_output)
+
+
+def test_clip_image_tower_and_text_embedder(hub):
+    from transformers import CLIPModel
+
+    clip = hub_models.load_hub_model("hf:tiny/clip")
+    assert clip.task == "embedding"
+    paths = [p for p, _ in clip.module.named_modules()]
+    assert "vision_model.encoder.layers.0.self_attn" in paths and not any(p.startswith("text_model") for p in paths)
+    x = clip.preprocess.to_tensor(Image.open(SAMPLE).convert("RGB"))
+    full = CLIPModel.from_pretrained(clip.model_file).eval()
+    with torch.no_grad():
+        expected = full.get_image_features(pixel_values=x).pooler_output
+        assert torch.allclose(clip.module(x), expected, atol=1e-6)
+    dog, cat = clip.text_embedder("a photo of a dog"), clip.text_embedder("a photo of a cat")
+    assert dog.shape == (1, 8) and float(dog.norm()) == pytest.approx(1.0, abs=1e-5)
+    assert not torch.allclose(dog, cat)
+
+
+def test_a_file_that_does_not_match_the_hubs_checksum_is_discarded(hub, tmp_path):
+    from app.core.weights import WeightsDownloadError
+
+    # A blob whose partial already holds wrong bytes of the right length: the check catches it.
+    repo = "timm/test_resnet.r160_in1k"
+    served = (hub.folder / repo / "model.safetensors").read_bytes()
+    blobs = hub_models.repo_cache(repo) / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / (hashlib.sha256(served).hexdigest() + ".incomplete")).write_bytes(b"x" * len(served))
+    with pytest.raises(WeightsDownloadError, match="does not match the Hub's checksum"):
+        hub_models.fetch_timm_weights("test_resnet")
+    assert not any(blobs.iterdir())
+    assert hub_models.fetch_timm_weights("test_resnet").read_bytes() == served
+
+
+def test_names(hub):
+    with pytest.raises(ModelError, match="not a Hugging Face model name"):
+        hub_models.repo_of("hf:a/b/c")
+    assert hub_models.repo_of("hf:google/vit-base-patch16-224") == "google/vit-base-patch16-224"
