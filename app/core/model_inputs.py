@@ -124,7 +124,9 @@ def describe_requirements(preprocess: Preprocess) -> str:
     colour = "grayscale" if preprocess.channels == 1 else "RGB"
     size = f"{preprocess.channels} x {preprocess.crop} x {preprocess.crop}, {colour}"
     stats = f"mean {_numbers(preprocess.mean)}, std {_numbers(preprocess.std)}"
-    if preprocess.resize is None:
+    if preprocess.squash:
+        steps = f"resized to {preprocess.crop} x {preprocess.crop} ({preprocess.interpolation}), aspect ratio not kept"
+    elif preprocess.resize is None:
         steps = "centre crop, no resize"
     else:
         steps = f"shorter side resized to {preprocess.resize} ({preprocess.interpolation}), centre crop"

@@ -224,3 +224,19 @@ def test_names(hub):
     with pytest.raises(ModelError, match="not a Hugging Face model name"):
         hub_models.repo_of("hf:a/b/c")
     assert hub_models.repo_of("hf:google/vit-base-patch16-224") == "google/vit-base-patch16-224"
+
+
+def test_a_squashed_preprocess_resizes_the_whole_picture_and_maps_boxes_back():
+    from app.core.images import Preprocess
+    from app.core.model_inputs import describe_requirements
+    from app.core.scan import original_box
+
+    squash = Preprocess(resize=None, crop=40, mean=(0.5,) * 3, std=(0.5,) * 3, squash=True)
+    picture = Image.new("RGB", (80, 40), (10, 200, 30))
+    assert squash.fitted(picture).size == (40, 40)
+    assert squash.to_tensor(picture).shape == (1, 3, 40, 40)
+    assert original_box((0, 0, 20, 20), (80, 40), squash) == (0, 0, 40, 20)
+    assert "aspect ratio not kept" in describe_requirements(squash)
+    assert squash.describe()["squash"] is True and Preprocess(**squash.describe()) == squash
+    plain = Preprocess(resize=256, crop=224, mean=(0.5,) * 3, std=(0.5,) * 3)
+    assert "squash" not in plain.describe()  # records of torchvision-style preprocessing are as they were
