@@ -472,7 +472,10 @@ class MainWindow(QMainWindow):
 
     def _on_model_chosen(self, name: str) -> None:
         loaded = self.workspace.loaded
-        if name not in catalogue(include_timm=True):
+        if name.startswith("hf:"):  # a Hugging Face Hub repo: fetched and checked by the load, on the worker
+            if loaded is None or name != loaded.name:
+                self.workspace.set_model(name)
+        elif name not in catalogue(include_timm=True):
             self.show_error(f"Unknown model '{name}': choose one from the list.", dialog=False)
             self._sync_chooser()
         elif loaded is None or name != loaded.name:

@@ -260,7 +260,7 @@ class ModelFilesFeature(QObject):
         loaded = outcome.loaded
         entry = self._opened.pop(id(loaded), None)
         self._opened.clear()
-        if entry is None and loaded.source in ("catalogue", "timm"):
+        if entry is None and loaded.source in ("catalogue", "timm", "hub"):
             entry = {"name": loaded.name}
         if entry is None or not self.host.remembers:
             return

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 from superqt import QSearchableComboBox
 
 WEIGHT_CHOICES = {"default": "Pretrained weights", "none": "Random weights (seed 0)"}
+HUB_PREFIX = "hf:"  # a model from the Hugging Face Hub, typed in: "hf:google/vit-base-patch16-224"
 
 
 class ModelChooser(QWidget):
@@ -25,8 +26,12 @@ class ModelChooser(QWidget):
         self.model_box.addItems(models)
         self.model_box.setMinimumWidth(150)
         self.model_box.setMaximumWidth(240)
-        self.model_box.setToolTip("The model: type to search the catalogue")
+        self.model_box.setToolTip("The model: type to search the catalogue, or type hf:ORG/NAME and press Enter for "
+                                  "a model from the Hugging Face Hub")
         self.model_box.textActivated.connect(self.model_chosen)
+        # The box inserts nothing typed (it is a search), so Enter on a name it does not list emits nothing: a Hub
+        # name is taken from here.
+        self.model_box.lineEdit().returnPressed.connect(self._on_return)
         self.weights_box = QComboBox()
         for key, label in WEIGHT_CHOICES.items():
             self.weights_box.addItem(label, key)
@@ -44,7 +49,14 @@ class ModelChooser(QWidget):
             layout.addWidget(QLabel(label))
             layout.addWidget(widget)
 
+    def _on_return(self) -> None:
+        text = self.model_box.currentText().strip()
+        if text.startswith(HUB_PREFIX) and self.model_box.findText(text) < 0:
+            self.model_chosen.emit(text)
+
     def show_model(self, name: str) -> None:
+        if name.startswith(HUB_PREFIX) and self.model_box.findText(name) < 0:
+            self.model_box.addItem(name)  # listed from now on, to come back to
         self.model_box.setCurrentText(name)
 
     def show_weights(self, weights: str, in_use: str = "") -> None:
