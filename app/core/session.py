@@ -251,6 +251,16 @@ def _changed(path: str, saved: str | None) -> bool:
     return bool(saved) and file_sha256(path) != saved
 
 
+def _target(saved: object) -> str | int:
+    """The saved gradient target: "top1", a class index, or an objective's text form ("class:3@0,0,40,40",
+    "box:2", "similar:IMAGE", "text:PROMPT"), which the window checks against the model when it sets it. Any
+    other value raises, as it did when only classes were saved (NaN or infinity: a damaged session)."""
+    if isinstance(saved, str) and saved.strip():
+        text = saved.strip()
+        return int(text) if text.lstrip("-").isdigit() else text
+    return int(saved)  # type: ignore[call-overload]
+
+
 def _entries(data: dict[str, Any], key: str, problems: list[str]) -> list[Any]:
     """The list under ``key`` (empty when absent); anything else there is one problem line."""
     value = data.get(key, [])
@@ -401,8 +411,7 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
         if _changed(found, sha256):  # hashed only once known to be an image
             problems.append(f"Image '{found}' has changed since the session was saved (its SHA-256 differs).")
 
-    target = data.get("target", "top1")
-    session.target = target if target == "top1" else int(target)
+    session.target = _target(data.get("target", "top1"))
     from app.core.resources import COLORMAPS  # numpy only: cheap
 
     colormap = str(data.get("colormap", "viridis"))

@@ -148,3 +148,15 @@ def test_the_threshold_slider_says_how_many_boxes_pass(qtbot) -> None:
         panel.detection.slider.setValue(20)
     assert changed.args == [pytest.approx(0.2)]
     assert not panel.class_buttons.isVisibleTo(panel) and panel.detection.isVisibleTo(panel)
+
+
+@pytest.mark.parametrize("target", ["top1", 7, "class:3", "class:3@0,4,20,30", "box:2", "text:a photo of a cat"])
+def test_a_session_keeps_the_target_as_it_was_set(tmp_path, target) -> None:
+    from app.core.models import load_model
+    from app.core.resources import sample_image
+    from app.core.session import load_session, save_session, session_from
+
+    path = tmp_path / "s.json"
+    save_session(session_from(load_model("resnet18"), [], [str(sample_image())], target=target), path)
+    reopened, problems = load_session(path)
+    assert problems == [] and reopened.target == target
