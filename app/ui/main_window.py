@@ -410,8 +410,11 @@ class MainWindow(QMainWindow):
 
     def _hidden_panels(self) -> frozenset[tuple[str, str]]:
         """The panels a run may leave undrawn until they scroll in: those out of view, but not the one the Channel
-        view shows (it follows every run)."""
-        hidden = self.panel_area.hidden_idents()
+        view shows (it follows every run). For a single image, those more than a page away, so that scrolling finds
+        the next page drawn; for a playing video's frame, every panel not in view: the next frame comes before a
+        person scrolls, and preparing the page below each frame took half the window's picture work."""
+        image = self.workspace.wanted_image
+        hidden = self.panel_area.hidden_idents(ahead=0.0 if image is not None and image.frame else 1.0)
         shown = self.channel_view.picture if self._docks["channel"].isVisible() else None
         return hidden - {(shown.kind, shown.key)} if shown is not None else hidden
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import RUN_TIMEOUT_MS
+from PIL import Image
 
 from app.ui.state.requests import ImageSource
 
@@ -104,3 +105,24 @@ def test_with_image_b_a_panel_scrolled_in_gets_its_a_b_and_difference_views(tall
     panel = shown[0]
     panel.choose_view("diff")
     assert panel.picture.view == "diff"
+
+
+def test_a_video_frame_makes_pictures_only_for_the_panels_in_view(tall, qtbot) -> None:
+    """A playing video's next frame comes before anyone scrolls: its run prepares no page ahead (half a frame's
+    picture work, measured by ``python -m app.ui.bench_live``), and a panel scrolled in still gets its picture."""
+    window, area = tall, tall.panel_area
+    image_run = window.workspace.last
+    pixels = np.asarray(image_run.image.load())
+    frame = ImageSource("clip.mp4 · frame 7", None, Image.fromarray(pixels), frame=True)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.workspace.request_image(frame, debounce=False)
+    outcome = window.workspace.last
+    assert outcome.image == frame
+    drawn = {(p.record.kind, p.record.key) for p in outcome.pictures}
+    assert drawn and len(drawn) < len(image_run.pictures), "a frame prepared the page ahead too"
+    for ident, panel in area.panels.items():
+        assert (ident in drawn) == in_view(window, panel), f"{ident}: drawn {ident in drawn}"
+    below = next(p for p in area.panels.values() if not in_view(window, p))
+    with qtbot.waitSignal(window.workspace.pictures_ready, timeout=RUN_TIMEOUT_MS):
+        area.ensureWidgetVisible(below)
+    qtbot.waitUntil(lambda: current(window, below), timeout=RUN_TIMEOUT_MS)

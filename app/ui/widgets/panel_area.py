@@ -390,11 +390,12 @@ class PanelArea(QScrollArea):
                      viewport.width(), viewport.height() + 2 * margin)
         return seen.intersects(QRect(panel.mapTo(self.widget(), QPoint(0, 0)), panel.size()))
 
-    def hidden_idents(self) -> frozenset[tuple[str, str]]:
-        """The panels out of view (more than a page away): a run leaves their pictures until they scroll in."""
+    def hidden_idents(self, ahead: float = 1.0) -> frozenset[tuple[str, str]]:
+        """The panels out of view (more than ``ahead`` pages away): a run leaves their pictures until they scroll
+        in."""
         if not self.isVisible():
             return frozenset()
-        return frozenset(ident for ident, panel in self.panels.items() if not self.in_view(panel))
+        return frozenset(ident for ident, panel in self.panels.items() if not self.in_view(panel, ahead))
 
     def _want_shown(self, *_: object) -> None:
         """Ask for the pictures of the waiting panels in view, then (a second request, made after the first) of
