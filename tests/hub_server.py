@@ -11,7 +11,7 @@ from the repo's name), answering what ``huggingface_hub`` 2.x asks (read from it
 - 404 with ``X-Error-Code: RepoNotFound`` or ``EntryNotFound``, and 401 ``GatedRepo`` for the repos in ``gated``.
 
 ``drop_once``: files whose first full GET sends the headers and half the body, then closes the connection (a
-network cut). ``requests`` lists ``(method, path, Range header)`` as they came. ``make_*`` build the tiny repos.
+network cut). ``slow``: files sent 8 kB at a time, 0.1 s apart (time to press Cancel). ``requests`` lists ``(method, path, Range header)`` as they came. ``make_*`` build the tiny repos.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import hashlib
 import http.server
 import json
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -35,11 +36,13 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 class HubServer(http.server.ThreadingHTTPServer):
-    def __init__(self, folder: Path, gated: tuple[str, ...] = (), drop_once: tuple[str, ...] = ()) -> None:
+    def __init__(self, folder: Path, gated: tuple[str, ...] = (), drop_once: tuple[str, ...] = (),
+                 slow: tuple[str, ...] = ()) -> None:  # fmt: skip
         super().__init__(("127.0.0.1", 0), _Handler)
         self.folder = Path(folder)
         self.gated = set(gated)
         self.drop_once = set(drop_once)
+        self.slow = set(slow)
         self.requests: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
 
@@ -151,6 +154,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(rest[: len(rest) // 2])
             self.wfile.flush()
             self.close_connection = True
+            return
+        if key in self.server.slow:
+            for start in range(0, len(rest), 8192):
+                self.wfile.write(rest[start : start + 8192])
+                self.wfile.flush()
+                time.sleep(0.1)
             return
         self.wfile.write(rest)
 

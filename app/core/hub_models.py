@@ -283,7 +283,7 @@ def _cached_with(repo: str, files: list[str] | None, need_weights: bool) -> Path
 def _download_files(repo: str, shown: str, commit: str, names: list[str], endpoint: str,
                     progress: ProgressCallback | None, cancelled: CancelCheck | None, timeout: float) -> None:  # fmt: skip
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     storage = repo_cache(repo)
     todo = []
@@ -307,7 +307,13 @@ def _download_files(repo: str, shown: str, commit: str, names: list[str], endpoi
         progress(0, total, 0.0)
     for name, meta in need:
         fetch.check()
-        _download_blob(storage, shown, name, meta, build_hf_headers(), fetch)
+        # One download of a file at a time, whoever asks (another window's load, another process): the same lock
+        # file huggingface_hub takes for it.
+        lock = hub_cache() / ".locks" / storage.name / f"{meta.etag}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with WeakFileLock(str(lock)):
+            if not (storage / "blobs" / meta.etag).is_file():  # not brought meanwhile by whoever held the lock
+                _download_blob(storage, shown, name, meta, build_hf_headers(), fetch)
     for name, _meta in todo:  # the blobs are there: huggingface_hub links them into the snapshot as it always does
         fetch.check()
         try:

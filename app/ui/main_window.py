@@ -475,9 +475,9 @@ class MainWindow(QMainWindow):
 
     def _on_model_chosen(self, name: str) -> None:
         loaded = self.workspace.loaded
-        if name.startswith("hf:"):  # a Hugging Face Hub repo: fetched and checked by the load, on the worker
+        if name.startswith("hf:"):  # a Hugging Face Hub repo: fetched (with progress) and checked by the load
             if loaded is None or name != loaded.name:
-                self.workspace.set_model(name)
+                self.features["weights_download"].open_hub(name)
         elif name not in catalogue(include_timm=True):
             self.show_error(f"Unknown model '{name}': choose one from the list.", dialog=False)
             self._sync_chooser()

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
+
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QThreadPool
 
 from tests.hub_server import HubServer, make_bert, make_vit
 from tests.loopback import serving
@@ -35,8 +39,15 @@ def test_a_typed_hub_name_loads_the_model_and_shows_its_tree(make_window, qtbot,
     window = make_window(weights="default")
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
+    feature = window.features["weights_download"]
+    shown = []
+    feature.progressed.connect(lambda done, total, speed: shown.append((done, total, feature.transfer.text())))
     with qtbot.waitSignals([window.workspace.model_changed, window.run_finished], timeout=RUN_TIMEOUT_MS):
-        type_model(window, qtbot, "hf:tiny/vit")  # loaded, then run on the picture
+        type_model(window, qtbot, "hf:tiny/vit")  # fetched, loaded, then run on the picture
+    # config.json comes first, alone (a text model is refused before its weights come); then the rest, shown
+    served = sum(p.stat().st_size for p in (hub.folder / "tiny" / "vit").iterdir() if p.name != "config.json")
+    assert shown and shown[-1][:2] == (served, served)  # the download's progress, in the notice row
+    assert not feature.row.isVisible()  # done: the row goes
     loaded = window.workspace.loaded
     assert loaded.name == "hf:tiny/vit" and loaded.source == "hub" and loaded.pretrained
     paths = [node.path for node in window.tree_model.nodes]
@@ -45,6 +56,26 @@ def test_a_typed_hub_name_loads_the_model_and_shows_its_tree(make_window, qtbot,
     assert window.chooser.model_box.currentText() == "hf:tiny/vit"
     assert window.chooser.model_box.findText("hf:tiny/vit") >= 0  # listed now, to come back to
     assert any(path.endswith("/model.safetensors") for _, path, _ in hub.requests)
+
+
+def test_cancel_stops_the_download_keeps_its_part_and_the_model_stays(make_window, qtbot, hub):
+    hub.slow.add("tiny/vit/model.safetensors")
+    window = make_window(weights="default")
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    feature = window.features["weights_download"]
+    with qtbot.waitSignal(feature.progressed, timeout=RUN_TIMEOUT_MS, check_params_cb=lambda d, t, s: d > 10_000):
+        type_model(window, qtbot, "hf:tiny/vit")
+    assert feature.row.isVisible() and feature.cancel_button.isVisible()
+    with qtbot.waitSignal(window.workspace.load_cancelled, timeout=5000):
+        qtbot.mouseClick(feature.cancel_button, Qt.MouseButton.LeftButton)
+    assert window.workspace.loaded.name == "resnet18"
+    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--tiny--vit" / "blobs"
+    qtbot.waitUntil(lambda: QThreadPool.globalInstance().activeThreadCount() == 0, timeout=20_000)
+    partial = [p for p in blobs.iterdir() if p.name.endswith(".incomplete")]
+    assert len(partial) == 1 and 0 < partial[0].stat().st_size < 87_000  # kept, for the next try to resume
+    assert not any(p.name == hashlib.sha256((hub.folder / "tiny/vit/model.safetensors").read_bytes()).hexdigest()
+                   for p in blobs.iterdir())  # fmt: skip
 
 
 def test_a_typed_text_model_is_refused_in_one_sentence_and_the_model_stays(make_window, qtbot, hub):

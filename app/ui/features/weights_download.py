@@ -10,6 +10,10 @@ on the untrained model go on meanwhile. ``app.core.weights.download_weights`` do
 all-or-nothing); progress arrives by signal from the worker thread, Cancel sets a flag it polls between chunks.
 On success the model loads again with its weights (``Workspace.set_model(name, "default")``: the ticks carry
 over, a run follows); on failure the engine's sentence is shown in Details and the untrained model stays.
+
+A model from the Hugging Face Hub typed into the model box (``open_hub``) loads on the workspace's worker, as any
+model switch, after its files are fetched into the Hub cache: the same row shows the download's progress, and its
+Cancel (or the window's Cancel of the load) stops it at the next chunk, the part that came kept for the next try.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QVBoxLayout
 from superqt.utils import FunctionWorker
 
+from app.core import hub_models
 from app.core.models import TIMM_PREFIX, LoadedModel, default_weights_file
+from app.core.pipeline import ModelSource, open_model
 from app.core.weights import WEIGHTS_URL_ENV, DownloadCancelled, checkpoints_dir, download_weights, is_cached
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
@@ -106,7 +112,7 @@ class WeightsDownloadFeature(QObject):
     """The notice row above the panels: one sentence, the Download button with its progress, and Details."""
 
     id = "weights_download"
-    progressed = Signal(int, object, float)  # bytes done, bytes total (None: unknown), bytes per second
+    progressed = Signal(object, object, float)  # bytes done, bytes total (None: unknown), bytes per second (object: over 2 GB)
     finished = Signal(str, str)  # "done", "cancelled" or "failed"; the message shown
 
     def __init__(self, workspace: Workspace, host: Host) -> None:
@@ -117,6 +123,8 @@ class WeightsDownloadFeature(QObject):
         self._cancel = False
         self._name = ""
         self.last_message = ""
+        self._hub_load = ""  # the hf: name whose files are being fetched for a load, while it is
+        self._hub_cancel = False
 
         self.row = QFrame()
         self.row.setObjectName("notice")
@@ -161,6 +169,7 @@ class WeightsDownloadFeature(QObject):
         self.progressed.connect(self._on_progress)
         workspace.model_changed.connect(self._on_model_changed)
         workspace.failed.connect(self._on_failed)
+        workspace.load_cancelled.connect(self._on_load_cancelled)
         self._show_notice()
 
     # ---- state --------------------------------------------------------------------------------------------
@@ -180,10 +189,13 @@ class WeightsDownloadFeature(QObject):
 
     # ---- the workspace's signals ---------------------------------------------------------------------------
     def _on_model_changed(self, outcome: LoadOutcome) -> None:
+        self._hub_load = ""
         if not self.running:
             self._show_notice()
 
     def _on_failed(self, failure: RunFailure) -> None:
+        if failure.load:
+            self._hub_load = ""
         if failure.load and not self.running:
             self._show_notice()  # the previous model stays: so does its notice
 
@@ -249,14 +261,49 @@ class WeightsDownloadFeature(QObject):
         start_worker(worker)  # freed on the GUI thread once its pool thread is done with it
         self.host.show_status(f"Downloading {name}'s weights…", 5000)
 
+    # ---- a model from the Hugging Face Hub ----------------------------------------------------------------------
+    def open_hub(self, name: str) -> None:
+        """Load ``hf:ORG/NAME`` on the workspace's worker, its files fetched first with progress in this row."""
+        if name == self._hub_load:  # already on its way (Enter in the box comes as two signals)
+            return
+        weights = self.workspace.weights if self.workspace.weights in ("default", "none") else "default"
+        self.workspace.weights = weights
+        self._hub_load, self._hub_cancel = name, False
+        self._show_idle()
+        self.sentence.setText(f"Opening {name} from the Hugging Face Hub…")
+        self.progress.setRange(0, 0)
+        self.progress.setVisible(True)
+        self.cancel_button.setVisible(True)
+        self.cancel_button.setEnabled(True)
+        self.transfer.setText("connecting…")
+        self.transfer.setVisible(True)
+        self.row.setVisible(True)
+        progressed, cancel = self.progressed.emit, lambda: self._hub_cancel
+
+        def work() -> LoadedModel:  # on the workspace's worker
+            hub_models.fetch_model(name, weights, progress=progressed, cancelled=cancel)
+            return open_model(ModelSource(name, weights))
+
+        self.workspace.load_model_with(name, work)
+
+    def _on_load_cancelled(self, _what: str) -> None:
+        if self._hub_load:
+            self._hub_cancel = True  # the fetch stops at its next chunk; what came stays for the next try
+            self._hub_load = ""
+            self._show_notice()
+
     def cancel(self) -> None:
+        if self._hub_load:
+            self._hub_cancel = True
+            self.workspace.cancel_load()
+            return
         if self.running:
             self._cancel = True
             self.cancel_button.setEnabled(False)
             self.transfer.setText("cancelling…")
 
     def _on_progress(self, done: int, total: object, speed: float) -> None:
-        if not self.running:
+        if not self.running and not self._hub_load:
             return
         if isinstance(total, int) and total > 0:
             self.progress.setRange(0, 1000)
