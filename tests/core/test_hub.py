@@ -133,7 +133,7 @@ def test_a_cancelled_download_keeps_its_part_and_the_next_one_resumes_it(hub):
     assert hashlib.sha256(path.read_bytes()).hexdigest() == path.resolve().name  # the blob is named by its SHA-256
 
 
-def test_offline_from_the_cache_and_one_line_when_not_cached(hub, repos, tmp_path):
+def test_offline_from_the_cache(hub, repos, tmp_path):
     out = tmp_path / "out"
     assert hookscope("download", "--model", "hf:tiny/dino").returncode == 0
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the Hub is unreachable
@@ -141,6 +141,11 @@ def test_offline_from_the_cache_and_one_line_when_not_cached(hub, repos, tmp_pat
                      "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "opened from the cache" in done.stderr
+
+
+def test_offline_and_not_cached_is_one_line_exit_2(hub, tmp_path):
+    out = tmp_path / "out"
+    os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the Hub is unreachable
     missing = hookscope("export", "--model", "hf:tiny/vit", "--image", str(SAMPLE), "--out", str(out))
     assert missing.returncode == 2
     lines = missing.stderr.strip().splitlines()
@@ -240,3 +245,28 @@ def test_a_squashed_preprocess_resizes_the_whole_picture_and_maps_boxes_back():
     assert squash.describe()["squash"] is True and Preprocess(**squash.describe()) == squash
     plain = Preprocess(resize=256, crop=224, mean=(0.5,) * 3, std=(0.5,) * 3)
     assert "squash" not in plain.describe()  # records of torchvision-style preprocessing are as they were
+
+
+@pytest.mark.slow  # 10 s; the same resume, in-process: test_a_cancelled_download_keeps_its_part_...
+def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
+    import signal
+    import time
+
+    hub.slow.add("timm/test_resnet.r160_in1k/model.safetensors")  # 8 kB every 0.1 s: time to press Ctrl-C
+    process = subprocess.Popen([sys.executable, "-m", "app", "download", "--model", "timm/test_resnet"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    blobs = hub_models.repo_cache("timm/test_resnet.r160_in1k") / "blobs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.stat().st_size > 100_000 for p in blobs.glob("*.incomplete")):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    kept = [p.stat().st_size for p in blobs.glob("*.incomplete")]
+    assert len(kept) == 1 and kept[0] > 100_000
+    hub.slow.clear()
+    done = hookscope("download", "--model", "timm/test_resnet")
+    assert done.returncode == 0, done.stderr
+    served = (hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors").read_bytes()
+    assert Path(done.stdout.strip()).read_bytes() == served
+    assert gets(hub, "model.safetensors")[-1] == f"bytes={kept[0]}-"
