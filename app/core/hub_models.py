@@ -541,7 +541,7 @@ def load_hub_model(
         id2label = getattr(config, "id2label", None) or {}
         categories = [str(id2label.get(i, id2label.get(str(i), f"class {i}"))) for i in range(len(id2label))] or None
     loaded = LoadedModel(name, module, weights, weights == "default", preprocess, categories, notice=notice,
-                         seed=seed, source="hub", model_file=str(snapshot))  # fmt: skip
+                         seed=seed, source="hub")  # fmt: skip  (no model_file: sessions reopen it by name)
     task = {"classification": "classification", "segmentation": "segmentation"}.get(kind, "embedding")
     loaded.task = task
     loaded.text_embedder = text_embedder

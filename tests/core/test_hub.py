@@ -79,6 +79,17 @@ def test_export_loads_a_hub_classifier_by_name(hub, tmp_path):
     assert (snapshot / "model.safetensors").read_bytes() == served  # huggingface_hub's own cache layout
 
 
+def test_a_session_reopens_a_hub_model_by_name(hub):
+    from app.core.pipeline import ModelSource, open_model
+    from app.core.session import model_entry
+
+    loaded = hub_models.load_hub_model("hf:tiny/vit")
+    entry = model_entry(loaded)
+    assert entry == {"name": "hf:tiny/vit", "weights": "default", "seed": 0}
+    again = open_model(ModelSource(name=entry["name"], weights=entry["weights"], seed=entry["seed"]))
+    assert again.source == "hub" and again.preprocess == loaded.preprocess
+
+
 def test_weights_none_builds_from_the_config_without_fetching_the_weights(hub):
     loaded = hub_models.load_hub_model("hf:tiny/vit", "none", seed=3)
     assert not loaded.pretrained and loaded.weights_text == "Random weights (seed 3)"
@@ -201,7 +212,7 @@ def test_clip_image_tower_and_text_embedder(hub):
     paths = [p for p, _ in clip.module.named_modules()]
     assert "vision_model.encoder.layers.0.self_attn" in paths and not any(p.startswith("text_model") for p in paths)
     x = clip.preprocess.to_tensor(Image.open(SAMPLE).convert("RGB"))
-    full = CLIPModel.from_pretrained(clip.model_file).eval()
+    full = CLIPModel.from_pretrained(str(hub_models.cached_snapshot("tiny/clip"))).eval()
     with torch.no_grad():
         expected = full.get_image_features(pixel_values=x).pooler_output
         assert torch.allclose(clip.module(x), expected, atol=1e-6)
