@@ -244,6 +244,15 @@ def make_bert(folder: Path) -> Path:
     return folder
 
 
+def make_mae(folder: Path) -> Path:
+    """An image model for another task (masked autoencoder pre-training): only its config."""
+    from transformers import ViTMAEConfig
+
+    ViTMAEConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=32,
+                 patch_size=8, architectures=["ViTMAEForPreTraining"]).save_pretrained(folder)  # fmt: skip
+    return folder
+
+
 def make_timm(folder: Path, arch: str = "test_resnet") -> Path:
     """timm's ``timm/ARCH.TAG`` repo: ``model.safetensors`` and ``config.json`` as timm publishes them."""
     import timm

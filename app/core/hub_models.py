@@ -480,7 +480,8 @@ def _embedding(output: Any) -> torch.Tensor:
 
 
 def _kind(config: Any) -> str:
-    """"classification", "segmentation", "pair" (CLIP-like), "encoder" or "" (not an image model)."""
+    """"classification", "segmentation", "pair" (CLIP-like), "encoder", "other:WORDS" (an image model for
+    another task: "other:object detection") or "" (not an image model)."""
     from transformers.models.auto import modeling_auto as auto
 
     model_type = getattr(config, "model_type", "")
@@ -489,13 +490,21 @@ def _kind(config: Any) -> str:
         return "classification"
     if any(a.endswith("ForSemanticSegmentation") for a in architectures):
         return "segmentation"
+    bare = not architectures or any(a.endswith("Model") and "For" not in a for a in architectures)
     if hasattr(config, "vision_config") and hasattr(config, "text_config"):
-        return "pair"
+        return "pair" if bare else _other(architectures)
+    image = model_type in getattr(auto, "MODEL_FOR_IMAGE_MAPPING_NAMES", {}) or hasattr(config, "image_size")
     if not architectures and model_type in auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         return "classification"
-    if model_type in getattr(auto, "MODEL_FOR_IMAGE_MAPPING_NAMES", {}) or hasattr(config, "image_size"):
-        return "encoder"
+    if image:
+        return "encoder" if bare else _other(architectures)
     return ""
+
+
+def _other(architectures: list[str]) -> str:
+    """"other:object detection" for ["DetrForObjectDetection"]: the task after "For", in words."""
+    task = architectures[0].split("For", 1)[-1]
+    return "other:" + re.sub(r"(?<!^)(?=[A-Z])", " ", task).lower()
 
 
 def _what_it_is(config: Any) -> str:
@@ -527,6 +536,7 @@ def load_hub_model(
     if weights not in ("default", "none"):
         raise HubError(f"A model from the Hugging Face Hub takes --weights default or none, not a file ('{weights}').")
     snapshot, offline = _fetch(name, weights, progress, cancelled, 30.0, None, _image_model_vet(name))
+    _image_model_vet(name)(snapshot)  # also when it came from the cache, offline
     config = _config(name, snapshot)
     kind = _kind(config)
     if weights == "default" and _weights_in(snapshot) is None:
@@ -550,8 +560,14 @@ def load_hub_model(
 
 def _image_model_vet(name: str) -> Callable[[Path], None]:
     def vet(snapshot: Path) -> None:
-        if not _kind(_config(name, snapshot)):
-            raise HubError(f"{name} is {_what_it_is(_config(name, snapshot))}, not an image model.")
+        config = _config(name, snapshot)
+        kind = _kind(config)
+        if not kind:
+            raise HubError(f"{name} is {_what_it_is(config)}, not an image model.")
+        if kind.startswith("other:"):
+            raise HubError(f"{name} is a {config.model_type} model for {kind[len('other:'):]}, which Hookscope does "
+                           "not open from the Hub (it opens image classifiers, semantic segmentation models, image "
+                           "encoders and CLIP-like models).")  # fmt: skip
 
     return vet
 

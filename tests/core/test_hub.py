@@ -17,7 +17,17 @@ from PIL import Image
 from app.core import hub_models
 from app.core.errors import ModelError
 from app.core.weights import DownloadCancelled
-from tests.hub_server import HubServer, commit_of, make_bert, make_clip, make_dino, make_segformer, make_timm, make_vit
+from tests.hub_server import (
+    HubServer,
+    commit_of,
+    make_bert,
+    make_clip,
+    make_dino,
+    make_mae,
+    make_segformer,
+    make_timm,
+    make_vit,
+)
 from tests.loopback import serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +42,7 @@ def repos(tmp_path_factory):
     make_segformer(folder / "tiny" / "segformer")
     make_dino(folder / "tiny" / "dino")
     make_bert(folder / "tiny" / "bert")
+    make_mae(folder / "tiny" / "mae")
     make_timm(folder / "timm" / "test_resnet.r160_in1k")
     make_vit(folder / "tiny" / "gated")
     return folder
@@ -167,6 +178,7 @@ def test_offline_and_not_cached_is_one_line_exit_2(hub, tmp_path):
     ("hf:tiny/nothere", "does not exist on the Hugging Face Hub"),
     ("hf:tiny/bert", "hf:tiny/bert is a bert text model, not an image model"),
     ("hf:tiny/gated", "is gated"),
+    ("hf:tiny/mae", "hf:tiny/mae is a vit_mae model for pre training, which Hookscope does not open"),
     ("hf:not a name", "is not a Hugging Face model name"),
 ])  # fmt: skip
 def test_what_cannot_be_opened_is_one_line_exit_2(hub, tmp_path, name, words):
