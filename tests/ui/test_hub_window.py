@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
 
-from tests.hub_server import HubServer, make_bert, make_vit
+from tests.hub_server import HubServer, make_bert, make_timm, make_vit
 from tests.loopback import serving
 
 RUN_TIMEOUT_MS = 120_000
@@ -20,6 +20,7 @@ RUN_TIMEOUT_MS = 120_000
 def hub(tmp_path, monkeypatch):
     make_vit(tmp_path / "repos" / "tiny" / "vit")
     make_bert(tmp_path / "repos" / "tiny" / "bert")
+    make_timm(tmp_path / "repos" / "timm" / "test_resnet.r160_in1k")
     with serving(HubServer(tmp_path / "repos")) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.base)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -86,3 +87,18 @@ def test_a_typed_text_model_is_refused_in_one_sentence_and_the_model_stays(make_
         type_model(window, qtbot, "hf:tiny/bert")
     assert "hf:tiny/bert is a bert text model, not an image model" in str(failed.args[0].error)
     assert window.workspace.loaded.name == "resnet18"
+
+
+def test_the_download_button_fetches_timms_weights_from_the_hub(make_window, qtbot, hub):
+    window = make_window(model="timm/test_resnet", weights="default")
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    feature = window.features["weights_download"]
+    assert not window.workspace.loaded.pretrained  # not cached yet: random weights, and the button offers them
+    assert feature.offered_for() == "timm/test_resnet" and feature.download_button.isVisible()
+    with qtbot.waitSignals([feature.finished, window.workspace.model_changed], timeout=RUN_TIMEOUT_MS):
+        qtbot.mouseClick(feature.download_button, Qt.MouseButton.LeftButton)
+    loaded = window.workspace.loaded
+    assert loaded.name == "timm/test_resnet" and loaded.pretrained and loaded.weights == "default"
+    assert any(method == "GET" and path.startswith("/timm/test_resnet.r160_in1k/resolve/")
+               and path.endswith("/model.safetensors") for method, path, _ in hub.requests)  # fmt: skip

@@ -76,7 +76,7 @@ def weights_size_mb(name: str) -> float | None:
     """The size torchvision announces for ``name``'s default weights file, in MB (None when unknown)."""
     try:
         size = torchvision.models.get_model_weights(name).DEFAULT.meta.get("_file_size")
-    except (ValueError, KeyError, AttributeError):
+    except (ValueError, KeyError, AttributeError, TypeError):
         return None
     return float(size) if isinstance(size, (int, float)) else None
 
@@ -180,7 +180,15 @@ class WeightsDownloadFeature(QObject):
     def offered_for(self) -> str | None:
         """The model whose weights the Download button offers, or None."""
         loaded = self.workspace.loaded
-        if not missing_weights(loaded, self.workspace.weights) or loaded.source != "catalogue":
+        if not missing_weights(loaded, self.workspace.weights):
+            return None
+        if loaded.source == "timm":  # timm's weights on the Hugging Face Hub: fetched into its cache
+            arch = loaded.name.removeprefix(TIMM_PREFIX)
+            try:
+                return loaded.name if hub_models.timm_hub_file(arch) is not None else None
+            except Exception:  # noqa: BLE001  (an arch timm does not know: nothing to offer)
+                return None
+        if loaded.source != "catalogue":
             return None
         try:
             return None if is_cached(loaded.name) else loaded.name
@@ -209,7 +217,11 @@ class WeightsDownloadFeature(QObject):
                 f"Showing {title} with random weights: its pretrained weights are not on this computer."
             )
             name = self.offered_for()
-            if name is not None:
+            if name is not None and name.startswith(TIMM_PREFIX):
+                self._show_button(name, "Download")
+                self._set_details(f"timm's pretrained weights come from the Hugging Face Hub into its cache "
+                                  f"({hub_models.hub_cache()}); HF_HOME moves it, HF_ENDPOINT names a mirror.")
+            elif name is not None:
                 self._show_button(name, "Download")
                 self._set_details(cache_details(name))
             else:  # timm fills its own cache; the engine's notice says where
@@ -254,7 +266,11 @@ class WeightsDownloadFeature(QObject):
         self.cancel_button.setEnabled(True)
         self.transfer.setText("connecting…")
         self.transfer.setVisible(True)
-        worker = PoolWorker(download_weights, name, progress=self.progressed.emit, cancelled=lambda: self._cancel)
+        if name.startswith(TIMM_PREFIX):
+            worker = PoolWorker(hub_models.fetch_timm_weights, name.removeprefix(TIMM_PREFIX),
+                                progress=self.progressed.emit, cancelled=lambda: self._cancel)  # fmt: skip
+        else:
+            worker = PoolWorker(download_weights, name, progress=self.progressed.emit, cancelled=lambda: self._cancel)
         worker.returned.connect(self._on_done)
         worker.errored.connect(self._on_error)
         self._worker = worker
@@ -321,7 +337,7 @@ class WeightsDownloadFeature(QObject):
         self.transfer.setText("done: loading them…")
         self.host.show_status(message, 8000)
         loaded = self.workspace.loaded
-        if loaded is not None and loaded.name == name and loaded.source == "catalogue":
+        if loaded is not None and loaded.name == name and loaded.source in ("catalogue", "timm"):
             self.workspace.set_model(name, "default")  # with its weights now; the ticks carry over, a run follows
         else:
             self._show_notice()
@@ -331,7 +347,9 @@ class WeightsDownloadFeature(QObject):
         self._worker = None
         cancelled = isinstance(error, DownloadCancelled)
         message = str(error) if isinstance(error, Exception) else repr(error)
-        if cancelled:
+        if cancelled and self._name.startswith(TIMM_PREFIX):  # from the Hub: the part that came is kept
+            message = f"The download of {self._name}'s weights was cancelled; the next download resumes it."
+        elif cancelled:
             message = f"The download of {self._name}'s weights was cancelled; nothing was saved."
         elif not message.endswith("."):
             message += "."
