@@ -11,6 +11,9 @@ all-or-nothing); progress arrives by signal from the worker thread, Cancel sets 
 On success the model loads again with its weights (``Workspace.set_model(name, "default")``: the ticks carry
 over, a run follows); on failure the engine's sentence is shown in Details and the untrained model stays.
 
+timm's weights come from the Hugging Face Hub (``hub_models.fetch_timm_weights``): the same button and progress, but
+a cancelled download keeps the part that came, for the next one to resume.
+
 A model from the Hugging Face Hub typed into the model box (``open_hub``) loads on the workspace's worker, as any
 model switch, after its files are fetched into the Hub cache: the same row shows the download's progress, and its
 Cancel (or the window's Cancel of the load) stops it at the next chunk, the part that came kept for the next try.
