@@ -31,7 +31,7 @@ import torch
 import torchvision
 
 from app.core.errors import ModelError
-from app.core.models import TIMM_PREFIX, LoadedModel, check_model_name, default_weights_file, load_model
+from app.core.models import HF_PREFIX, TIMM_PREFIX, LoadedModel, check_model_name, default_weights_file, load_model
 
 WEIGHTS_URL_ENV = "HOOKSCOPE_WEIGHTS_URL"  # replaces the part of the address before the file name (mirrors)
 CHUNK_BYTES = 64 * 1024
@@ -64,6 +64,9 @@ def checkpoints_dir() -> Path:
 
 
 def _default_url(name: str) -> str:
+    if name.startswith(HF_PREFIX):
+        raise ModelError(f"'{name}' is a model from the Hugging Face Hub: its files come with "
+                         f"app.core.hub_models.fetch_model (hookscope download --model {name}).")  # fmt: skip
     if name.startswith(TIMM_PREFIX):
         raise ModelError(
             f"'{name}' is a timm model: Hookscope downloads torchvision's weights only; "
@@ -92,8 +95,17 @@ def expected_hash_prefix(filename: str) -> str | None:
 
 
 def is_cached(name: str) -> bool:
-    """Whether ``name``'s default pretrained weights are already in the torch hub cache."""
+    """Whether ``name``'s default pretrained weights are already in the torch hub cache (for ``hf:ORG/NAME``: its
+    files in the Hugging Face cache; for ``timm/NAME``: timm's weights in either cache)."""
     check_model_name(name)
+    if name.startswith(HF_PREFIX):
+        from app.core.hub_models import is_cached as hub_cached
+
+        return hub_cached(name)
+    if name.startswith(TIMM_PREFIX):
+        from app.core.models import _timm_cached_weights
+
+        return _timm_cached_weights(name[len(TIMM_PREFIX) :]) is not None
     return not name.startswith(TIMM_PREFIX) and default_weights_file(name).is_file()
 
 
@@ -389,8 +401,24 @@ def load_model_downloading(
     """``name`` with its default pretrained weights, downloading them first when they are not cached.
 
     When the download fails or is cancelled, the untrained model (random weights, ``seed``) comes back with the
-    reason as its notice, so the caller always gets a model to show.
+    reason as its notice, so the caller always gets a model to show. ``hf:ORG/NAME`` and ``timm/NAME`` come from
+    the Hugging Face Hub (:mod:`app.core.hub_models`); a model from the Hub that cannot be fetched is an error.
     """
+    if name.startswith(HF_PREFIX):
+        from app.core.hub_models import load_hub_model
+
+        return load_hub_model(name, "default", seed, progress, cancelled)
+    if name.startswith(TIMM_PREFIX):
+        from app.core.hub_models import HubError, fetch_timm_weights
+
+        try:
+            if not is_cached(name):
+                fetch_timm_weights(name[len(TIMM_PREFIX) :], progress, cancelled, timeout)
+        except (WeightsDownloadError, HubError) as error:
+            loaded = load_model(name, "none", seed)
+            loaded.notice = f"{str(error).rstrip('.')}; showing an untrained {name} with random weights (seed {seed})."
+            return loaded
+        return load_model(name, "default", seed)
     try:
         download_weights(name, progress, cancelled, timeout)
     except WeightsDownloadError as error:

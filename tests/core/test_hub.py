@@ -293,3 +293,14 @@ def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
     served = (hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors").read_bytes()
     assert Path(done.stdout.strip()).read_bytes() == served
     assert gets(hub, "model.safetensors")[-1] == f"bytes={kept[0]}-"
+
+
+def test_load_model_downloading_fetches_hub_and_timm_models(hub):
+    from app.core.weights import is_cached, load_model_downloading
+
+    assert not is_cached("hf:tiny/vit") and not is_cached("timm/test_resnet")
+    seen = []
+    loaded = load_model_downloading("hf:tiny/vit", progress=lambda d, t, r: seen.append(d))
+    assert loaded.pretrained and loaded.source == "hub" and seen and is_cached("hf:tiny/vit")
+    timm_model = load_model_downloading("timm/test_resnet")
+    assert timm_model.pretrained and is_cached("timm/test_resnet")
