@@ -405,8 +405,8 @@ def hub_preprocess(processor: Any, config: Any = None) -> Preprocess:
     crop_size = side(get("crop_size")) if get("do_center_crop", False) else {}
     crop = crop_size.get("height") or crop_size.get("shortest_edge")
     squash, resize = False, None
-    if "height" in size:
-        squash, resize, crop = True, None, crop or size["height"]
+    if "height" in size:  # the whole picture to height x width (then the crop, if any)
+        squash, resize, crop = True, size["height"], crop or size["height"]
     elif "shortest_edge" in size:
         short = size["shortest_edge"]
         crop_pct = get("crop_pct")
@@ -414,11 +414,11 @@ def hub_preprocess(processor: Any, config: Any = None) -> Preprocess:
             if short < 384:
                 resize, crop = int(short / crop_pct), short
             else:
-                squash, crop = True, short
+                squash, resize, crop = True, short, short
         else:
             resize, crop = short, crop or short
     elif "longest_edge" in size:
-        squash, crop = True, crop or size["longest_edge"]
+        squash, resize, crop = True, size["longest_edge"], crop or size["longest_edge"]
     else:
         crop = crop or image_size
     if get("do_normalize", True):

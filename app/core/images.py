@@ -217,8 +217,9 @@ class Preprocess:
     std: tuple[float, ...]
     channels: int = 3
     interpolation: str = "bilinear"
-    # The whole picture resized to crop x crop, its aspect ratio not kept (transformers' image processors whose
-    # ``size`` is a height and a width, e.g. ViT's 224 x 224); ``resize`` is then None. Off: torchvision's steps.
+    # The whole picture resized to a square of ``resize`` (None: ``crop``) pixels, its aspect ratio not kept, then
+    # centre-cropped: transformers' image processors whose ``size`` is a height and a width (ViT's 224 x 224,
+    # BEiT's 256 x 256 then a 224 crop). Off: torchvision's steps (the shorter side to ``resize``).
     squash: bool = False
 
     def __post_init__(self) -> None:
@@ -255,7 +256,9 @@ class Preprocess:
         wanted = "L" if self.channels == 1 else "RGB"
         img = image if image.mode == wanted else image.convert(wanted)
         if self.squash:
-            return F.resize(img, [self.crop, self.crop], interpolation=_INTERPOLATIONS[self.interpolation], antialias=True)
+            side = self.resize or self.crop
+            img = F.resize(img, [side, side], interpolation=_INTERPOLATIONS[self.interpolation], antialias=True)
+            return img if side == self.crop else F.center_crop(img, [self.crop])
         if self.resize is not None:
             img = self._resize(img, self.resize)
         return F.center_crop(img, [self.crop])

@@ -125,7 +125,9 @@ def describe_requirements(preprocess: Preprocess) -> str:
     size = f"{preprocess.channels} x {preprocess.crop} x {preprocess.crop}, {colour}"
     stats = f"mean {_numbers(preprocess.mean)}, std {_numbers(preprocess.std)}"
     if preprocess.squash:
-        steps = f"resized to {preprocess.crop} x {preprocess.crop} ({preprocess.interpolation}), aspect ratio not kept"
+        side = preprocess.resize or preprocess.crop
+        steps = f"resized to {side} x {side} ({preprocess.interpolation}), aspect ratio not kept"
+        steps += ", centre crop" if side != preprocess.crop else ""
     elif preprocess.resize is None:
         steps = "centre crop, no resize"
     else:

@@ -486,8 +486,9 @@ def _bounding_box(mask: torch.Tensor) -> Box | None:
 def resized_size(size: tuple[int, int], preprocess: Preprocess) -> tuple[int, int]:
     """(width, height) after the preprocessing's resize (torchvision's rule: the shorter side to ``resize``)."""
     width, height = size
-    if preprocess.squash:  # the whole picture to crop x crop (transformers' height x width resize)
-        return preprocess.crop, preprocess.crop
+    if preprocess.squash:  # the whole picture to a square (transformers' height x width resize)
+        side = preprocess.resize or preprocess.crop
+        return side, side
     if preprocess.resize is None:
         return width, height
     short, long = (width, height) if width <= height else (height, width)

@@ -125,6 +125,26 @@ def test_preprocessing_matches_the_repos_image_processor(repos):
     assert (clip.resize, clip.crop, clip.squash, clip.interpolation) == (36, 32, False, "bicubic")
 
 
+def test_preprocessing_of_the_usual_image_processors():
+    """The kinds of ``size`` the Hub's image models use, against the processors' own output."""
+    from transformers import BeitImageProcessor, BitImageProcessor, ConvNextImageProcessor, SiglipImageProcessor
+
+    image = Image.open(SAMPLE).convert("RGB")
+    processors = {
+        "convnext": ConvNextImageProcessor(size={"shortest_edge": 224}, crop_pct=0.875),  # resize 256, crop 224
+        "convnext 384": ConvNextImageProcessor(size={"shortest_edge": 384}),  # squashed to 384 x 384
+        "dinov2": BitImageProcessor(size={"shortest_edge": 256}, crop_size={"height": 224, "width": 224},
+                                    resample=3, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]),
+        "siglip": SiglipImageProcessor(),  # 224 x 224, mean and std 0.5
+        "beit": BeitImageProcessor(size={"height": 256, "width": 256}, do_center_crop=True,
+                                   crop_size={"height": 224, "width": 224}),  # squashed to 256, then crop 224
+    }  # fmt: skip
+    for name, processor in processors.items():
+        theirs = processor(images=image, return_tensors="pt")["pixel_values"]
+        ours = hub_models.hub_preprocess(processor).to_tensor(image)
+        assert ours.shape == theirs.shape and float((ours - theirs).abs().mean()) < 1e-3, name
+
+
 def test_a_cut_download_resumes_with_a_range_request(hub):
     hub.drop_once.add("timm/test_resnet.r160_in1k/model.safetensors")
     path = hub_models.fetch_timm_weights("test_resnet")
@@ -264,6 +284,10 @@ def test_a_squashed_preprocess_resizes_the_whole_picture_and_maps_boxes_back():
     assert squash.fitted(picture).size == (40, 40)
     assert squash.to_tensor(picture).shape == (1, 3, 40, 40)
     assert original_box((0, 0, 20, 20), (80, 40), squash) == (0, 0, 40, 20)
+    cropped = Preprocess(resize=50, crop=40, mean=(0.5,) * 3, std=(0.5,) * 3, squash=True)  # to 50 x 50, crop 40
+    assert cropped.fitted(picture).size == (40, 40)
+    assert original_box((0, 0, 40, 40), (80, 40), cropped) == (8, 4, 72, 36)
+    assert "aspect ratio not kept, centre crop" in describe_requirements(cropped)
     assert "aspect ratio not kept" in describe_requirements(squash)
     assert squash.describe()["squash"] is True and Preprocess(**squash.describe()) == squash
     plain = Preprocess(resize=256, crop=224, mean=(0.5,) * 3, std=(0.5,) * 3)
