@@ -65,7 +65,14 @@ def repo_of(name: str) -> str:
 
 
 def check_hub_name(name: str) -> None:
+    """The name's spelling, and the packages that open such a model (no network)."""
     repo_of(name)
+    import importlib.util
+
+    missing = [p for p in ("transformers", "huggingface_hub") if importlib.util.find_spec(p) is None]
+    if missing:
+        raise HubError(f"'{name}' is a model from the Hugging Face Hub, which needs {' and '.join(missing)}: "
+                       "pip install 'hookscope[hub]'.")  # fmt: skip
 
 
 # ============================================================================================ the cache ====
@@ -533,6 +540,7 @@ def load_hub_model(
     from its config (``none``, after ``torch.manual_seed(seed)``). Returns a ``LoadedModel``."""
     from app.core.models import LoadedModel
 
+    check_hub_name(name)
     if weights not in ("default", "none"):
         raise HubError(f"A model from the Hugging Face Hub takes --weights default or none, not a file ('{weights}').")
     snapshot, offline = _fetch(name, weights, progress, cancelled, 30.0, None, _image_model_vet(name))
@@ -576,6 +584,7 @@ def fetch_model(name: str, weights: str = "default", progress: ProgressCallback 
                 cancelled: CancelCheck | None = None, timeout: float = 30.0) -> Path:  # fmt: skip
     """:func:`fetch_repo` for a model to open: one that is not an image model is refused once its config came,
     before its weights are downloaded."""
+    check_hub_name(name)
     snapshot = _fetch(name, weights, progress, cancelled, timeout, None, _image_model_vet(name))[0]
     _image_model_vet(name)(snapshot)
     return snapshot
