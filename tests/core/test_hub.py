@@ -328,3 +328,9 @@ def test_load_model_downloading_fetches_hub_and_timm_models(hub):
     assert loaded.pretrained and loaded.source == "hub" and seen and is_cached("hf:tiny/vit")
     timm_model = load_model_downloading("timm/test_resnet")
     assert timm_model.pretrained and is_cached("timm/test_resnet")
+
+
+def test_without_transformers_the_name_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed: find_spec finds nothing
+    with pytest.raises(ModelError, match=r"needs transformers: pip install 'hookscope\[hub\]'"):
+        hub_models.check_hub_name("hf:google/vit-base-patch16-224")
