@@ -8,7 +8,8 @@ from the repo's name), answering what ``huggingface_hub`` 2.x asks (read from it
 - ``HEAD``/``GET /ORG/NAME/resolve/REV/FILE``: ``X-Repo-Commit``, ``ETag`` (the git blob's SHA-1 for small files;
   for weights, as git LFS does, ``X-Linked-Etag`` with the SHA-256 and ``X-Linked-Size``), ``Content-Length``,
   ``Accept-Ranges`` and ``Range`` requests (206, ``Content-Range``) for resumed downloads;
-- 404 with ``X-Error-Code: RepoNotFound`` or ``EntryNotFound``, and 401 ``GatedRepo`` for the repos in ``gated``.
+- 404 with ``X-Error-Code: RepoNotFound`` or ``EntryNotFound``, and for the repos in ``gated`` a public info
+  (``"gated": "manual"``) but 401 ``GatedRepo`` for their files, as the Hub answers without access.
 
 ``drop_once``: files whose first full GET sends the headers and half the body, then closes the connection (a
 network cut). ``slow``: files sent 8 kB at a time, 0.1 s apart (time to press Cancel). ``requests`` lists ``(method, path, Range header)`` as they came. ``make_*`` build the tiny repos.
@@ -95,10 +96,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
             repo = "/".join(parts[2:4])
-            if not self._repo_ok(repo):
+            if not self._repo_ok(repo, info=True):  # a gated repo's info is public, as on the Hub; its files are not
                 return
             files = self.server.files(repo)
-            self._json({"id": repo, "modelId": repo, "sha": commit_of(repo), "private": False, "gated": False,
+            gated = "manual" if repo in self.server.gated else False
+            self._json({"id": repo, "modelId": repo, "sha": commit_of(repo), "private": False, "gated": gated,
                         "siblings": [{"rfilename": name} for name in files], "tags": []})  # fmt: skip
             return
         if len(parts) >= 5 and parts[2] == "resolve":
@@ -109,11 +111,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         self._error(404, "RepoNotFound", "Repository not found")
 
-    def _repo_ok(self, repo: str) -> bool:
+    def _repo_ok(self, repo: str, info: bool = False) -> bool:
         if self.server.repo_folder(repo) is None:
             self._error(404, "RepoNotFound", "Repository not found")
             return False
-        if repo in self.server.gated:
+        if repo in self.server.gated and not info:
             self._error(401, "GatedRepo", "Access to model is restricted. You must have access to it.")
             return False
         return True
