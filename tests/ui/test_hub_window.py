@@ -102,3 +102,15 @@ def test_the_download_button_fetches_timms_weights_from_the_hub(make_window, qtb
     assert loaded.name == "timm/test_resnet" and loaded.pretrained and loaded.weights == "default"
     assert any(method == "GET" and path.startswith("/timm/test_resnet.r160_in1k/resolve/")
                and path.endswith("/model.safetensors") for method, path, _ in hub.requests)  # fmt: skip
+
+
+def test_the_window_starts_on_a_hub_model_and_switches_its_weights(make_window, qtbot, hub):
+    window = make_window(model="hf:tiny/vit", weights="default")  # hookscope --model hf:tiny/vit
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    assert window.workspace.loaded.name == "hf:tiny/vit" and window.workspace.loaded.pretrained
+    assert window.chooser.weights_box.currentText() == "Pretrained (Hugging Face Hub)"
+    with qtbot.waitSignals([window.workspace.model_changed, window.run_finished], timeout=RUN_TIMEOUT_MS):
+        window.workspace.set_weights("none")
+    loaded = window.workspace.loaded
+    assert loaded.name == "hf:tiny/vit" and not loaded.pretrained and loaded.weights_text == "Random weights (seed 0)"
