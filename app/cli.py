@@ -796,6 +796,9 @@ def run_hub_download(args: argparse.Namespace) -> int:
     from app.core.models import check_model_name
 
     check_model_name(args.model)
+    if args.force or args.min_rate != 10.0:
+        print("hookscope: --force and --min-rate are for torchvision's weights; a download from the Hugging Face Hub "
+              "checks each file against the Hub's checksum and resumes what a stopped one left", file=sys.stderr)
     if args.model.startswith("timm/"):
         arch = args.model[len("timm/") :]
         label = f"{args.model}'s weights"
