@@ -15,10 +15,23 @@ from app.core.errors import RunError
 from app.core.hooks import HookRegistry, Record, StaleCapture
 from app.core.missing_gradients import MissingGradient, missing_gradients
 from app.core.models import first_line
+from app.core.objectives import (
+    Detection,
+    Objective,
+    detection_objective,
+    detections_list,
+    detections_of,
+    output_task,
+    parse_target,
+    predicted_classes,
+    segmentation_logits,
+    segmentation_objective,
+    similarity_objective,
+)
 from app.core.structure import tensor_leaves
 from app.core.tree import ModelSurvey, survey
 
-Target = int | str  # a class index, or "top1"
+Target = int | str | Objective  # a class index, "top1", any of --target's forms, or a parsed Objective
 
 
 class RunCancelled(Exception):
@@ -50,6 +63,12 @@ class RunResult:
     # Output parts of modules with a gradient hook that received no gradient, each with the reason (integers, not
     # tracked by autograd, or not reaching the target): the export manifest's "no_gradient".
     no_gradient: list[MissingGradient] = field(default_factory=list)
+    # What the model predicts beyond class scores: "classification", "segmentation" or "detection" (read from
+    # its output); a segmentation model's (H, W) int64 predicted classes at the input's size; a detector's boxes.
+    task: str = "classification"
+    segmentation: torch.Tensor | None = None
+    detections: list[Detection] = field(default_factory=list)
+    objective_value: float | None = None  # the differentiated scalar's value (a score, a similarity)
 
     def of_kind(self, *kinds: str) -> list[Record]:
         return [r for r in self.records if r.kind in kinds]
@@ -91,10 +110,13 @@ def class_ranking(scores: torch.Tensor) -> torch.Tensor:
 
 
 def check_target(target: Target, classes: int | None) -> None:
-    """Raise ``RunError`` when ``target`` names a class that a model with ``classes`` class scores (None: its
-    output holds none) does not have; "top1" always exists."""
-    if target == "top1":
+    """Raise ``RunError`` when ``target`` is not one of ``--target``'s forms, or names a class that a model with
+    ``classes`` class scores (None: its output holds none) does not have; "top1" always exists. The other forms
+    (regions, boxes, similarities) are checked against the model's output when it runs."""
+    objective = parse_target(target)
+    if objective.kind != "class":
         return
+    target = int(objective.index if objective.index is not None else 0)
     if classes is None:
         raise RunError(
             f"Class {target} cannot be the target: the model's output holds no class scores (a (1, K) tensor, a "
@@ -104,8 +126,25 @@ def check_target(target: Target, classes: int | None) -> None:
         raise RunError(f"Class {target} does not exist: the model has {classes} classes (0-{classes - 1}).")
 
 
-def _objective(output: object, target: Target) -> tuple[torch.Tensor, int | None, str]:
-    """The scalar to differentiate: a class logit for class scores, otherwise the sum of the output."""
+def _objective(
+    output: object, target: Target, size: tuple[int, ...] = (), categories: Sequence[str] | None = None
+) -> tuple[torch.Tensor, int | None, str]:
+    """The scalar to differentiate (:mod:`app.core.objectives`): a similarity for ``similar:``/``text:``; a box's
+    score for a detector; class logits over pixels for a segmentation model; a class logit for class scores,
+    otherwise the sum of the output. ``size``: the input's (H, W)."""
+    objective = parse_target(target)
+    if objective.needs_reference:
+        return similarity_objective(output, objective)
+    found = detections_of(output)
+    if found is not None:
+        return detection_objective(found, objective)
+    logits = segmentation_logits(output)
+    if logits is not None:
+        return segmentation_objective(logits, objective, size or tuple(logits.shape[-2:]), categories)
+    if objective.kind in ("region", "box"):
+        raise RunError(f"'{objective.spec}' does not fit this model: regions are for segmentation models, boxes for "
+                       "detection models; use top1 or a class index.")
+    target = "top1" if objective.kind == "top1" else int(objective.index if objective.index is not None else 0)
     scores = class_scores(output)
     check_target(target, None if scores is None else int(scores.shape[1]))
     if scores is None:
@@ -226,12 +265,15 @@ def _run_once(
         forward_ms = (time.perf_counter() - start) * 1000
         if cancelled is not None and cancelled():
             raise RunCancelled()
-        objective, index, described = _objective(output, target)
+        objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories)
         start = time.perf_counter()
         model_pass("backward", torch.autograd.grad, objective, [xin, *recorder.grad_roots], allow_unused=True)
         _sync(dev)
         backward_ms = (time.perf_counter() - start) * 1000
     recorder.verify()
+    task = output_task(output)
+    logits = segmentation_logits(output) if task == "segmentation" else None
+    found = detections_of(output) if task == "detection" else None
     scores = class_scores(output)
     scores = scores.detach().to("cpu") if scores is not None else None
     baseline_scores = None
@@ -254,6 +296,10 @@ def _run_once(
         no_gradient=missing_gradients(
             [pair for pair in hooked if registry.has(*pair)], known, recorder.records, described
         ),
+        task=task,
+        segmentation=predicted_classes(logits, tuple(xin.shape[-2:])) if logits is not None else None,
+        detections=detections_list(found, categories) if found is not None else [],
+        objective_value=float(objective.detach()),
     )
 
 

@@ -87,13 +87,46 @@ class LoadedModel:
         }
         if self.model_file:
             described["model_file"] = self.model_file
+        if self.task != "classification":  # classifiers' records stay as they were
+            described["task"] = self.task
         return described
 
 
 def catalogue(include_timm: bool = False) -> list[str]:
-    """Every torchvision classification model by name; then timm's as ``timm/NAME`` when asked and installed."""
-    names = sorted(torchvision.models.list_models(module=torchvision.models))
+    """Every torchvision classification, segmentation and detection model by name; then timm's as ``timm/NAME``
+    when asked and installed."""
+    names = sorted([*torchvision.models.list_models(module=torchvision.models), *segmentation_models(),
+                    *detection_models()])
     return names + timm_catalogue() if include_timm else names
+
+
+@functools.lru_cache(maxsize=1)
+def segmentation_models() -> tuple[str, ...]:
+    """torchvision's semantic segmentation models (fcn, deeplabv3, lraspp)."""
+    return tuple(sorted(torchvision.models.list_models(module=torchvision.models.segmentation)))
+
+
+@functools.lru_cache(maxsize=1)
+def detection_models() -> tuple[str, ...]:
+    """torchvision's detection models (Faster R-CNN, RetinaNet, FCOS, SSD, Mask R-CNN, keypoint R-CNN)."""
+    return tuple(sorted(torchvision.models.list_models(module=torchvision.models.detection)))
+
+
+def catalogue_task(name: str) -> str:
+    """What a catalogue model predicts: "segmentation", "detection" or "classification"."""
+    if name in segmentation_models():
+        return "segmentation"
+    if name in detection_models():
+        return "detection"
+    return "classification"
+
+
+def _build(name: str) -> nn.Module:
+    """``name`` with random weights. Segmentation and detection builders fetch ImageNet weights for their backbone
+    by default: ``weights_backbone=None`` keeps them from downloading anything."""
+    if catalogue_task(name) != "classification":
+        return torchvision.models.get_model(name, weights=None, weights_backbone=None)
+    return torchvision.models.get_model(name, weights=None)
 
 
 def timm_available() -> bool:
@@ -167,11 +200,33 @@ def default_preprocess(name: str, model: nn.Module) -> Preprocess:
     An untrained ViT is built for 224 pixels even where its default weights were trained at 518, so the crop
     follows the model's own ``image_size`` when it has one.
     """
+    task = catalogue_task(name)
+    if task != "classification":
+        return _task_preprocess(name, model, task)
     preprocess = Preprocess.from_torchvision(torchvision.models.get_model_weights(name).DEFAULT.transforms())
     size = getattr(model, "image_size", None)
     if isinstance(size, int) and size != preprocess.crop:
         preprocess = replace(preprocess, crop=size, resize=size * 256 // 224)
     return preprocess
+
+
+def _task_preprocess(name: str, model: nn.Module, task: str) -> Preprocess:
+    """A segmentation preset (``SemanticSegmentation``: the shorter side resized, no crop) as a square centre crop of
+    that size, so that every run of the model has the same input; a detection preset (``ObjectDetection``: only
+    the [0, 1] conversion, the model resizes and normalises inside) as the size the model's own transform resizes
+    to, mean 0 and std 1."""
+    transforms = torchvision.models.get_model_weights(name).DEFAULT.transforms()
+    if task == "segmentation":
+        size = transforms.resize_size
+        side = int(size[0] if isinstance(size, (list, tuple)) else size)
+        interpolation = transforms.interpolation
+        mode = interpolation.value if hasattr(interpolation, "value") else str(interpolation)
+        return Preprocess(resize=side, crop=side, mean=tuple(transforms.mean), std=tuple(transforms.std),
+                          interpolation=mode)
+    inner = getattr(model, "transform", None)
+    fixed = getattr(inner, "fixed_size", None)
+    side = int(fixed[0]) if fixed else int(min(getattr(inner, "min_size", (800,))))
+    return Preprocess(resize=side, crop=side, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
 
 
 def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = True) -> LoadedModel:
@@ -192,9 +247,10 @@ def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = T
     if weights == "default":
         return _load_pretrained(name, seed)
     torch.manual_seed(seed)
-    module = torchvision.models.get_model(name, weights=None).eval()
+    module = _build(name).eval()
     loaded = LoadedModel(
-        name, module, "none", False, default_preprocess(name, module), default_categories(name), seed=seed
+        name, module, "none", False, default_preprocess(name, module), default_categories(name), seed=seed,
+        task=catalogue_task(name),
     )
     if weights != "none":
         loaded.notice = load_state_dict_file(module, Path(weights), name, strict=strict)
@@ -220,8 +276,10 @@ def _load_pretrained(name: str, seed: int) -> LoadedModel:
         raise ModelError(
             f"The cached weights file {path} could not be loaded ({first_line(error)}).", path=str(path)
         ) from error
-    preprocess = Preprocess.from_torchvision(weights.transforms())
-    return LoadedModel(name, module, "default", True, preprocess, list(weights.meta["categories"]), seed=seed)
+    preprocess = default_preprocess(name, module) if catalogue_task(name) != "classification" else \
+        Preprocess.from_torchvision(weights.transforms())
+    return LoadedModel(name, module, "default", True, preprocess, list(weights.meta["categories"]), seed=seed,
+                       task=catalogue_task(name))
 
 
 def first_line(error: BaseException) -> str:

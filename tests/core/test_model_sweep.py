@@ -12,7 +12,7 @@ import torch
 
 from app.core.capture import capture_run
 from app.core.hooks import HookRegistry
-from app.core.models import catalogue, load_model
+from app.core.models import catalogue, catalogue_task, load_model
 
 REPRESENTATIVE = [
     "mobilenet_v3_small",  # Hardswish(inplace=True), squeeze-excitation
@@ -63,6 +63,6 @@ def test_representative_models_record_every_module(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", catalogue())
+@pytest.mark.parametrize("name", [n for n in catalogue() if catalogue_task(n) == "classification"])
 def test_every_torchvision_model_records_every_module(name):
     sweep(name)

@@ -11,10 +11,15 @@ from app.core.errors import DeviceError, ModelError
 from app.core.models import catalogue, default_preprocess, default_weights_file, load_model
 
 
-def test_catalogue_is_every_torchvision_classification_model():
+def test_catalogue_is_every_torchvision_classification_segmentation_and_detection_model():
     names = catalogue()
-    assert names == sorted(torchvision.models.list_models(module=torchvision.models))
-    assert len(names) >= 80 and "resnet18" in names and "vit_b_16" in names
+    assert names == sorted(torchvision.models.list_models(module=torchvision.models)
+                           + torchvision.models.list_models(module=torchvision.models.segmentation)
+                           + torchvision.models.list_models(module=torchvision.models.detection))
+    assert len(names) >= 95 and "resnet18" in names and "vit_b_16" in names
+    for name in ("fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large",
+                 "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn", "maskrcnn_resnet50_fpn"):
+        assert name in names
 
 
 def test_random_weights_are_reproducible_per_seed():
