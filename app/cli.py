@@ -54,12 +54,22 @@ def _csv(text: str) -> list[str]:
 
 
 def _target(text: str) -> str | int:
+    """``top1``, a class index (as an int), or another of ``--target``'s forms (as its text: checked against the
+    model when it runs)."""
+    from app.core.errors import RunError
+    from app.core.objectives import FORMS, parse_target
+
     if text == "top1":
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"target must be 'top1' or a class index, not '{text}'") from None
+        pass
+    try:
+        parse_target(text)
+    except RunError:
+        raise argparse.ArgumentTypeError(f"target must be {FORMS}; not '{text}'") from None
+    return text
 
 
 def _kinds(text: str) -> list[str]:
@@ -140,7 +150,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
                         help="with --video: frames A to B-1, counted from 0 (A: to the end, N: frame N alone)")  # fmt: skip
     export.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
     export.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)")
-    export.add_argument("--target", type=_target, default="top1", help="'top1' or a class index for the gradient")
+    export.add_argument("--target", type=_target, default="top1",
+                        help="what the gradient is of: top1, a class index, class:C, class:C@x0,y0,x1,y1 (segmentation), "
+                        "box:N (detection), similar:IMAGE or text:PROMPT (embeddings) (default: top1)")
     export.add_argument("--out", default="hookscope-out", help="output folder (default: hookscope-out)")
     export.add_argument("--no-png", action="store_true", help="skip the PNG mosaics")
     export.add_argument(

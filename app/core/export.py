@@ -251,7 +251,7 @@ def build_manifest(
         "device": result.device,
         "preprocessing": loaded.preprocess.describe(),
         "input_shape": list(result.input.shape),
-        "target": {"index": result.target_index, "description": result.target},
+        "target": _target_record(result),
         "prediction_top5": [{"index": p.index, "label": p.label, "probability": p.probability} for p in result.top5],
         "timings_ms": result.timings,
         "hook_kinds": list(kinds),
@@ -263,3 +263,15 @@ def build_manifest(
         "non_finite": numeric_report(loaded.module, result).describe(),
         "modules": modules,
     }
+
+
+def _target_record(result: RunResult) -> dict:
+    """The run's target; beyond a classifier's class (a segmentation model's pixels, a detector's box, a
+    similarity), with the objective's value and what the model predicted."""
+    from app.core.objectives import objective_record
+
+    record: dict = {"index": result.target_index, "description": result.target}
+    if result.task != "classification" or result.target.startswith("cosine similarity"):
+        record["objective"] = objective_record(result.task, result.objective_value, result.detections,
+                                               result.segmentation)
+    return record

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from app.core.errors import RunError
+
+if TYPE_CHECKING:
+    from app.core.models import LoadedModel
 
 BACKGROUND = 0  # the class index torchvision's (VOC) and most segmentation heads give the background
 _REGION = re.compile(r"class:(\d+)@(-?\d+),(-?\d+),(-?\d+),(-?\d+)")
@@ -245,3 +249,42 @@ def detections_list(found: Mapping[str, torch.Tensor], categories: Sequence[str]
     boxes, labels, scores = (found[key].detach().to("cpu") for key in ("boxes", "labels", "scores"))
     return [Detection(i, tuple(float(v) for v in boxes[i].tolist()), int(labels[i]), _label(int(labels[i]), categories),
                       float(scores[i])) for i in range(len(scores))]
+
+
+def with_reference(target: object, loaded: LoadedModel) -> object:
+    """``target`` ready to run: for ``similar:IMAGE`` and ``text:PROMPT``, the parsed objective with the embedding it
+    compares with (IMAGE through the same model and preprocessing, with no gradient and no record; the text through
+    the model's text tower); any other target as it is. ``ImageError`` for an image that cannot be read,
+    ``RunError`` for a model without the embedding asked for."""
+    objective = parse_target(target)
+    if not objective.needs_reference or objective.reference is not None:
+        return target
+    if objective.kind == "text":
+        if loaded.text_embedder is None:
+            raise RunError(f"'{objective.spec}' needs a model with a text tower (CLIP-like, e.g. "
+                           f"hf:openai/clip-vit-base-patch32); {loaded.name} has none.")
+        reference = loaded.text_embedder(objective.text or "")
+    else:
+        from app.core.images import read_image
+
+        x = loaded.preprocess.to_tensor(read_image(objective.image or ""))
+        device = next(loaded.module.parameters(), torch.empty(0)).device
+        with torch.no_grad():
+            reference = embedding_of(loaded.module(x.to(device)))
+        if reference is None:
+            raise RunError(f"'{objective.spec}' needs an embedding model: {loaded.name}'s output is not one vector.")
+    return replace(objective, reference=reference.detach().to("cpu").reshape(1, -1))
+
+
+def objective_record(result_task: str, value: float | None, detections: Sequence[Detection],
+                     segmentation: torch.Tensor | None) -> dict:
+    """What a manifest says of a run's objective beyond the class: its value, a detector's boxes, a segmentation
+    model's predicted classes with their pixel counts."""
+    record: dict = {"task": result_task, "value": value}
+    if detections:
+        record["detections"] = [{"index": d.index, "box": list(d.box), "label": d.label, "label_text": d.label_text,
+                                 "score": d.score} for d in detections]
+    if segmentation is not None:
+        classes, counts = torch.unique(segmentation, return_counts=True)
+        record["predicted_pixels"] = {str(int(c)): int(n) for c, n in zip(classes, counts)}
+    return record

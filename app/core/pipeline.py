@@ -30,6 +30,7 @@ from app.core.images import Preprocess, read_image
 from app.core.interventions import other_images
 from app.core.model_files import ArchitectureRequired, TrustRequired, open_model_file, split_factory
 from app.core.models import DEFAULT_MODEL, LoadedModel, load_model
+from app.core.objectives import with_reference
 
 if TYPE_CHECKING:
     from app.core.session import Session
@@ -196,7 +197,7 @@ def run_image(
         registry,
         x,
         device=device,
-        target=target,
+        target=with_reference(target, loaded),  # similar:/text: compare with an embedding, made once here
         categories=loaded.categories,
         cancelled=cancelled,
         others=others,

@@ -21,6 +21,7 @@ from app.core.capture import RunCancelled, RunResult, capture_run
 from app.core.hooks import HookRegistry, Record
 from app.core.images import read_image
 from app.core.models import LoadedModel
+from app.core.objectives import with_reference
 from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
 from app.core.pipeline import ModelSource, open_model
 from app.core.tree import ModuleInfo, module_tree
@@ -192,7 +193,7 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
         request.registry,
         x,
         device=request.device,
-        target=request.target,
+        target=with_reference(request.target, request.loaded),  # similar:/text: the embedding compared with
         categories=request.loaded.categories,
         cancelled=cancelled,
         others=others or None,
