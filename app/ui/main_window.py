@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
 from app.core.compare import prediction_changes
 from app.core.devices import available_devices, unavailable_devices
 from app.core.models import DEFAULT_MODEL, catalogue
+from app.core.objectives import parse_target
 from app.core.pictures import KIND_LABELS, PanelPicture
 from app.core.resources import sample_image
 from app.ui.actions.builtin import builtin_actions
@@ -55,12 +56,14 @@ from app.ui.state.settings import app_settings, read_list
 from app.ui.state.workspace import CHECK_KINDS, Workspace
 from app.ui.theme import configure_pyqtgraph
 from app.ui.widgets.channel_view import ChannelView
+from app.ui.widgets.detection_overlay import boxes_of
 from app.ui.widgets.input_panel import InputPanel
 from app.ui.widgets.model_chooser import ModelChooser
 from app.ui.widgets.module_tree import ModuleTreeModel
 from app.ui.widgets.module_tree_view import ModuleTreeView
 from app.ui.widgets.panel_area import PanelArea
 from app.ui.widgets.predictions import PredictionsPanel
+from app.ui.widgets.segmentation_legend import class_colours, mask_data, mask_lut, most_common_class
 
 AREAS = {"left": Qt.DockWidgetArea.LeftDockWidgetArea, "right": Qt.DockWidgetArea.RightDockWidgetArea,
          "bottom": Qt.DockWidgetArea.BottomDockWidgetArea}
@@ -173,6 +176,11 @@ class MainWindow(QMainWindow):
         self.add_dock(DockSpec("input", "Input", "right"), self.input_panel)
         self.predictions = PredictionsPanel()
         self.predictions.target_chosen.connect(space.set_target)
+        # Segmentation, detection and embedding models: the targets their views offer (issue 25).
+        self.input_panel.region_dragged.connect(self._on_region_dragged)
+        self.input_panel.box_chosen.connect(lambda number: space.set_target(f"box:{number}"))
+        self.predictions.detection.threshold_changed.connect(self._on_threshold_changed)
+        self.predictions.similarity.image_b_chosen.connect(self._similarity_to_image_b)
         self.add_dock(DockSpec("predictions", "Predictions", "right", below="input"), self.predictions)
         self.channel_view = ChannelView()
         self.add_dock(DockSpec("channel", "Channel", "bottom", visible=False, scroll=False), self.channel_view)
@@ -348,6 +356,74 @@ class MainWindow(QMainWindow):
         if added and len(added) == len(changes) and self.workspace.last is None:
             self.tree_view.expand_to(path for path, _ in added)
 
+    def _show_task(self, outcome: RunOutcome) -> None:
+        """What a segmentation, detection or embedding model's run shows: the mask and its legend, the boxes and
+        their count, the similarity score; and the gradient target's class, region or box framed."""
+        space = self.workspace
+        result = outcome.result
+        loaded = space.loaded
+        # The output says segmentation or detection; an embedding is a vector as class scores are: the model says.
+        task = result.task if result.task != "classification" or loaded is None else loaded.task
+        categories = space.loaded.categories if space.loaded else None
+        objective = parse_target(space.target)  # the words were checked when the target was set
+        targeted = objective.index if objective.kind in ("class", "region") else None
+        self.predictions.show_task(task)
+        classes = result.segmentation if task == "segmentation" else None
+        if classes is not None:
+            classes = np.asarray(classes)
+            count = max(len(categories or ()), int(classes.max()) + 1 if classes.size else 1)
+            self.input_panel.show_mask(mask_data(classes), mask_lut(count))
+            self.predictions.legend.show_mask(classes, categories, class_colours(count), targeted)
+        else:
+            self.input_panel.show_mask(None)
+        self.input_panel.set_regions_enabled(classes is not None)
+        self.input_panel.show_region(objective.region if classes is not None else None)
+        boxes = boxes_of(result.detections) if task == "detection" else []
+        self.input_panel.detections.show_boxes(boxes, objective.index if objective.kind == "box" else None)
+        self.predictions.detection.show_count(len(self.input_panel.detections.shown), len(boxes))
+        if task == "embedding":
+            image_b = space.image_b
+            self.predictions.similarity.configure(image_b is not None and bool(image_b.path),
+                                                  loaded is not None and loaded.text_embedder is not None)
+            self.predictions.similarity.show_score(self._similarity_text(outcome))
+
+    def _similarity_text(self, outcome: RunOutcome) -> str:
+        """The cosine similarity the gradients are of, when the target is one: its value and what to."""
+        result = outcome.result
+        target = str(self.workspace.target)
+        if target.startswith(("similar:", "text:")) and result.objective_value is not None:
+            return f"Cosine similarity: {result.objective_value:.3f}"
+        return ""
+
+    def _on_threshold_changed(self, threshold: float) -> None:
+        overlay = self.input_panel.detections
+        overlay.set_threshold(threshold)
+        self.predictions.detection.show_count(len(overlay.shown), len(overlay.boxes))
+
+    def _on_region_dragged(self, region: tuple[int, int, int, int]) -> None:
+        """A rectangle dragged on a segmentation model's input: the targeted class over it (the class most of its
+        pixels are predicted as, when no class is targeted yet)."""
+        space = self.workspace
+        last = space.last
+        classes = last.result.segmentation if last is not None else None
+        objective = parse_target(space.target)
+        chosen = objective.index if objective.kind in ("class", "region") else None
+        if chosen is None and classes is not None:
+            chosen = most_common_class(np.asarray(classes), region)
+        if chosen is None:
+            self.show_error("Drag the rectangle over the image: it holds no predicted pixel.", dialog=False)
+            return
+        x0, y0, x1, y1 = region
+        space.set_target(f"class:{chosen}@{x0},{y0},{x1},{y1}")
+
+    def _similarity_to_image_b(self) -> None:
+        image_b = self.workspace.image_b
+        if image_b is None or not image_b.path:
+            self.show_error("Open an image B first (File > Open image B…): its embedding is compared with A's.",
+                            dialog=False)
+            return
+        self.workspace.set_target(f"similar:{image_b.path}")
+
     def _on_image_list_changed(self) -> None:
         queue = self.workspace.queue
         self.input_panel.set_list(queue.paths, queue.index)
@@ -379,6 +455,7 @@ class MainWindow(QMainWindow):
         self.predictions.show_side_by_side(
             (outcome.image.name, result.top5, outcome.image_b.name, comparison.result.top5)
             if comparison is not None and outcome.image_b is not None else None)
+        self._show_task(outcome)
         self.tree_model.set_survey(result.survey)
         if self._docks["channel"].isVisible() and not self.channel_view.refresh(outcome.pictures,
                                                                                  outcome.input_display):

@@ -160,3 +160,96 @@ def test_a_session_keeps_the_target_as_it_was_set(tmp_path, target) -> None:
     save_session(session_from(load_model("resnet18"), [], [str(sample_image())], target=target), path)
     reopened, problems = load_session(path)
     assert problems == [] and reopened.target == target
+
+
+# ---- the window with real models --------------------------------------------------------------------------------
+
+
+def small(window, qtbot, side: int) -> None:
+    """Feed the loaded model a ``side`` x ``side`` input (the tests' runs stay fast), and wait for its run."""
+    from dataclasses import replace
+
+    space = window.workspace
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        space.set_preprocess(replace(space.loaded.preprocess, resize=side, crop=side))
+
+
+@pytest.fixture
+def seg_window(make_window, qtbot):
+    window = make_window(model="lraspp_mobilenet_v3_large", checks=["backbone.4"])
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    small(window, qtbot, 128)
+    return window
+
+
+def test_the_mask_on_the_input_is_the_runs_predicted_classes(seg_window) -> None:
+    window = seg_window
+    result = window.workspace.last.result
+    assert result.task == "segmentation"
+    classes = result.segmentation.numpy()
+    assert classes.shape == window.workspace.last.input_display.shape[:2] == (128, 128)
+    mask = window.input_panel.mask_item
+    assert mask.isVisible() and np.array_equal(mask.image, classes)
+    assert np.array_equal(mask.lut, mask_lut(21)), "VOC's 21 classes, a colour each"
+    shown = [(row.index, row.share.text()) for row in window.predictions.legend.rows if not row.isHidden()]
+    expected = class_shares(classes)[:len(window.predictions.legend.rows)]
+    assert shown == [(s.index, f"{s.share:.1%}") for s in expected]
+    assert window.predictions.legend.isVisibleTo(window.predictions)
+    assert not window.predictions.detection.isVisibleTo(window.predictions)
+
+
+def test_clicking_a_legend_class_makes_it_the_target(seg_window, qtbot) -> None:
+    window = seg_window
+    row = [r for r in window.predictions.legend.rows if not r.isHidden()][-1]
+    chosen = row.index
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        qtbot.mouseClick(row, Qt.MouseButton.LeftButton)
+    result = window.workspace.last.result
+    assert window.workspace.target == f"class:{chosen}"
+    assert result.target_index == chosen and result.target.startswith(f"logits of class {chosen} (")
+    assert "predicted pixels" in result.target
+    framed = [r.index for r in window.predictions.legend.rows if r.property("target") and not r.isHidden()]
+    assert framed == [chosen]
+    assert f"class {chosen}" in window.predictions.target_label.text()
+
+
+def test_a_rectangle_dragged_on_the_input_sets_the_region_target(seg_window, qtbot) -> None:
+    window = seg_window
+    panel = window.input_panel
+    classes = window.workspace.last.result.segmentation.numpy()
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        drag(panel, (20, 30), (70, 90))
+    target = window.workspace.target
+    assert target.startswith("class:") and "@" in target
+    x0, y0, x1, y1 = (int(v) for v in target.partition("@")[2].split(","))
+    assert abs(x0 - 20) <= 1 and abs(y0 - 30) <= 1 and abs(x1 - 70) <= 1 and abs(y1 - 90) <= 1
+    expected = most_common_class(classes, (x0, y0, x1, y1))
+    assert target.startswith(f"class:{expected}@"), "no class was targeted: the rectangle's most common one"
+    result = window.workspace.last.result
+    assert result.target.endswith(f"over {x0},{y0},{x1},{y1}") and result.target_index == expected
+    assert panel._box.rubber_band.isVisible() and panel._box.rubber_band.rect().getCoords() == (x0, y0, x1, y1)
+    # the input gradient is now confined to what reaches the region: the saliency exists and is not all zero
+    assert window.workspace.last.saliency is not None and window.workspace.last.saliency.max() > 0
+
+    # a class targeted first keeps its class over the next rectangle
+    other = (expected + 1) % 21  # untrained, the model may predict one class everywhere: any other class
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.workspace.set_target(f"class:{other}")
+    qtbot.wait(QApplication.doubleClickInterval() + 100)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        drag(panel, (5, 5), (40, 40))
+    assert window.workspace.target.startswith(f"class:{other}@")
+
+
+def test_a_target_that_does_not_fit_is_one_error_and_the_results_stay(seg_window, qtbot) -> None:
+    window = seg_window
+    space = window.workspace
+    before, target = space.last, space.target
+    space.set_target("class:40")  # VOC has 21 classes: refused by the run, which fails
+    qtbot.waitUntil(lambda: "Class 40 does not exist" in window.last_error, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not space.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    assert space.last is before and space.target == target, "the results and their target stay"
+    window.last_error = ""
+    space.set_target("box:2@4")  # not an objective at all: refused at once, nothing runs
+    assert "is not one of top1" in window.last_error and space.target == target

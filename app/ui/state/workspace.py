@@ -27,6 +27,7 @@ from app.core.hooks import GRADIENT_KINDS, HookInfo, HookRegistry
 from app.core.images import Preprocess
 from app.core.interventions import Intervention
 from app.core.models import DEFAULT_MODEL, LoadedModel
+from app.core.objectives import parse_target
 from app.core.pictures import PanelSettings
 from app.core.resources import sample_image
 from app.core.tree import NOT_RUN_REASON, ModuleInfo, module_tree
@@ -135,6 +136,7 @@ class Workspace(QObject):
         self.session_parts: dict[str, tuple[Callable[[str], object], Callable[[object, str], list[str]]]] = {}
         self._initial_checks = checks
         self._dirty = False  # ticks, target or device changed since the results on screen
+        self._target_before: tuple[int | str] | None = None  # the target before one no run has succeeded with yet
         self._run_wanted = False  # a run was asked for while a model loaded
         self._load_failed: tuple[int, Callable[[BaseException], bool]] | None = None
         self.loading_what = ""  # what the load in flight opens, in a few words
@@ -419,18 +421,31 @@ class Workspace(QObject):
         self.device_changed.emit(device)
         self._hooks_changed([])
 
-    def set_target(self, target: int | str) -> None:
-        """Take gradients of class ``target`` (an index) or of the top-1 class (``"top1"``), and run again.
+    def set_target(self, target: object) -> None:
+        """Take gradients of ``target`` and run again: a class index, ``"top1"``, or an objective (issue 25) in its
+        text form (``class:C``, ``class:C@x0,y0,x1,y1``, ``box:N``, ``similar:IMAGE``, ``text:PROMPT``) or as the
+        engine's ``Objective``, kept as text (what sessions save and ``--target`` reads).
 
-        A class the model does not have (the last run's class count says so) is an error message; the target and
-        the results on screen stay as they were."""
-        if self.last is not None:
-            scores = self.last.result.scores
-            try:
-                check_target(target, int(scores.shape[1]) if scores is not None else None)
-            except RunError as error:
-                self.error.emit(str(error), True)
-                return
+        A class the model does not have (the last run's class count says so) or words that are no objective are an
+        error message; the target and the results on screen stay as they were. An objective that does not fit the
+        model (a box the run did not find, a text without a text tower) is refused by the run itself: its error is
+        shown, the results stay, and the target goes back to the one before."""
+        target = target_text(target)
+        try:
+            if isinstance(target, int) or target == "top1":
+                if self.last is not None:
+                    scores = self.last.result.scores
+                    check_target(target, int(scores.shape[1]) if scores is not None else None)
+            else:
+                parse_target(target)  # the words only: whether the objective fits the model, the run says
+        except HookscopeError as error:
+            self.error.emit(str(error), True)
+            return
+        if target == self.target:
+            self.request_run()
+            return
+        if self._target_before is None:
+            self._target_before = (self.target,)  # the last target a run succeeded with
         self.target = target
         self._dirty = True
         self.target_changed.emit(target)
@@ -583,6 +598,7 @@ class Workspace(QObject):
         if self.image_b is not None and outcome.image_b == self.image_b:
             self.image_b = outcome.image_b
         self._dirty = False
+        self._target_before = None  # the target worked
         self.applied_generations.append(outcome.generation)
         self.run_applied.emit(outcome)
 
@@ -594,6 +610,13 @@ class Workspace(QObject):
         failed = self.wanted_image
         self.error.emit(message, True)
         self.failed.emit(RunFailure(message, error))  # e.g. the Interventions switch off an edit that failed
+        if self._target_before is not None and is_target_error(error):
+            # A target that does not fit the model (box:7 when 3 boxes were found): back to the one before, which
+            # the results on screen were made with; nothing runs again.
+            (self.target,), self._target_before = self._target_before, None
+            self._dirty = False
+            self.target_changed.emit(self.target)
+            return
         if isinstance(error, DeviceError) and self.device != "cpu":
             self.set_device("cpu")  # back to the device that always works; the run follows
             return
@@ -631,6 +654,23 @@ class Workspace(QObject):
         self.scheduler.shutdown()
         if self.registry is not None:
             self.registry.clear()
+
+
+def target_text(target: object) -> int | str:
+    """A target as the workspace keeps it: an int class index, or words (an ``Objective`` as its text form)."""
+    if isinstance(target, bool):
+        raise TypeError(f"{target!r} is no gradient target")
+    if isinstance(target, int):
+        return target
+    if isinstance(target, str):
+        return target.strip()
+    return parse_target(target).spec  # an Objective, kept in --target's words
+
+
+def is_target_error(error: BaseException) -> bool:
+    """Whether a failed run's error is the target's (one that names no module and no edit)."""
+    return isinstance(error, RunError) and not getattr(error, "module_path", None) \
+        and not getattr(error, "edit_spec", None)
 
 
 def _load_with(generation: int, work: Callable[[], LoadedModel]) -> LoadOutcome:

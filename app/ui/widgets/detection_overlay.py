@@ -42,9 +42,9 @@ class Box:
 def boxes_of(detections: Iterable[object]) -> list[Box]:
     """The engine's detections (``RunResult.detections``: box, label index, label text, score) as ``Box``es."""
     boxes = []
-    for number, detection in enumerate(detections):
+    for detection in detections:
         x0, y0, x1, y1 = (float(v) for v in detection.box)
-        boxes.append(Box(number, x0, y0, x1, y1, int(detection.label), str(detection.label_text),
+        boxes.append(Box(int(detection.index), x0, y0, x1, y1, int(detection.label), str(detection.label_text),
                          float(detection.score)))
     return boxes
 

@@ -180,8 +180,8 @@ class InputPanel(QWidget):
         self.name.setText(name)
         self.name.setToolTip(name)
         self._box.image_size = (int(rgb.shape[1]), int(rgb.shape[0]))
-        if shape_changed:
-            self._box.autoRange(padding=0.01)
+        if shape_changed:  # fitted to the image alone: the mask of the previous size is not re-placed yet
+            self._box.autoRange(padding=0.01, items=[self.image_item])
 
     def show_mask(self, classes: np.ndarray | None, lut: np.ndarray | None = None) -> None:
         """A segmentation model's predicted class map (H, W) over the image, coloured by ``lut`` ((K, 4) RGBA by

@@ -314,7 +314,7 @@ class PredictionsPanel(QWidget):
         self.class_box.setRange(0, 999)
         self.class_box.setToolTip("Class index to take gradients of")
         use_class = QPushButton("Use class")
-        use_class.clicked.connect(lambda: self.target_chosen.emit(int(self.class_box.value())))
+        use_class.clicked.connect(self._use_class)
         self.hint = QElidingLabel("Click a class to take gradients of its score.")
         self.hint.setObjectName("muted")
         self.changes: list[PredictionChange] = []
@@ -380,6 +380,11 @@ class PredictionsPanel(QWidget):
         self.hint.setText(
             "Click a class to take gradients of its score." if top5 else "This model's output is not class scores."
         )
+
+    def _use_class(self) -> None:
+        """The class typed in: its logit for a classifier, its pixels (class:C) for a segmentation model."""
+        index = int(self.class_box.value())
+        self.target_chosen.emit(index if self.task == "classification" else f"class:{index}")
 
     def show_task(self, task: str) -> None:
         """Show what a model of ``task`` ("classification", "segmentation", "detection", "embedding") offers."""

@@ -21,7 +21,7 @@ from superqt import QElidingLabel
 
 from app.core.capture import class_label
 
-LEGEND_ROWS = 12  # the largest classes listed; the rest are counted in one line
+LEGEND_ROWS = 8  # the largest classes listed (the dock is short); the rest are counted in one line
 MASK_OPACITY = 0.5  # the photo stays readable under the mask
 
 
