@@ -188,12 +188,13 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     read_ms = (time.perf_counter() - start) * 1000
     if cancelled():
         raise RunCancelled()
+    target = with_reference(request.target, request.loaded)  # similar:/text: the embedding compared with, once
     result = capture_run(
         request.loaded.module,
         request.registry,
         x,
         device=request.device,
-        target=with_reference(request.target, request.loaded),  # similar:/text: the embedding compared with
+        target=target,
         categories=request.loaded.categories,
         cancelled=cancelled,
         others=others or None,
@@ -209,7 +210,9 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
             request.registry,
             preprocess.to_tensor(pixels_b),
             device=request.device,
-            target=result.target_index if result.target_index is not None else request.target,
+            # A's class (a segmentation model's over B's own pixels of it); a detector's box:N as it is (N is no
+            # class), a similarity with its reference.
+            target=result.target_index if result.target_index is not None and result.task != "detection" else target,
             categories=request.loaded.categories,
             cancelled=cancelled,
             others=others or None,
