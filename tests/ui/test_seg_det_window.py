@@ -6,12 +6,18 @@ load real torchvision models built by name with untrained weights (nothing downl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
+from PIL import Image
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
+from app.core.objectives import embedding_of
+from app.ui.state.requests import ImageSource
 from app.ui.widgets.detection_overlay import Box
 from app.ui.widgets.input_panel import InputPanel, region_of
 from app.ui.widgets.predictions import PredictionsPanel
@@ -165,21 +171,23 @@ def test_a_session_keeps_the_target_as_it_was_set(tmp_path, target) -> None:
 # ---- the window with real models --------------------------------------------------------------------------------
 
 
-def small(window, qtbot, side: int) -> None:
-    """Feed the loaded model a ``side`` x ``side`` input (the tests' runs stay fast), and wait for its run."""
+def lraspp_at(side: int):
+    """LR-ASPP (MobileNet v3), untrained, fed a ``side`` x ``side`` input (its 520 px preset runs seconds here)."""
     from dataclasses import replace
 
-    space = window.workspace
-    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        space.set_preprocess(replace(space.loaded.preprocess, resize=side, crop=side))
+    from app.core.models import load_model
+
+    loaded = load_model("lraspp_mobilenet_v3_large")
+    return replace(loaded, preprocess=replace(loaded.preprocess, resize=side, crop=side))
 
 
 @pytest.fixture
 def seg_window(make_window, qtbot):
-    window = make_window(model="lraspp_mobilenet_v3_large", checks=["backbone.4"])
+    window = make_window(checks=["layer1.0.conv1"])
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    small(window, qtbot, 128)
+    with qtbot.waitSignals([window.workspace.model_changed, window.run_finished], timeout=RUN_TIMEOUT_MS):
+        window.workspace.load_model_with("lraspp_mobilenet_v3_large at 128 px", lambda: lraspp_at(128))
     return window
 
 
@@ -253,3 +261,135 @@ def test_a_target_that_does_not_fit_is_one_error_and_the_results_stay(seg_window
     window.last_error = ""
     space.set_target("box:2@4")  # not an objective at all: refused at once, nothing runs
     assert "is not one of top1" in window.last_error and space.target == target
+
+
+def biased_detector():
+    """Faster R-CNN (MobileNet 320), untrained, with its box classifier's bias set so that boxes pass the model's
+    own 0.05 score floor: untrained, every proposal scores about 1/91 and the model returns no box. With the bias
+    of class 17 (cat) at 3 and of class 18 (dog) at 2.5 (the other logits near 0), each kept proposal comes out
+    as a cat at about 0.17 and a dog at about 0.10: two score levels, so a threshold between them changes the
+    count. A 160 px internal size keeps the runs short."""
+    from app.core.models import load_model
+
+    loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn")
+    model = loaded.module
+    model.transform.min_size, model.transform.max_size = (160,), 160
+    with torch.no_grad():
+        bias = model.roi_heads.box_predictor.cls_score.bias
+        bias.zero_()
+        bias[17], bias[18] = 3.0, 2.5
+    return loaded
+
+
+@pytest.fixture
+def det_window(make_window, qtbot):
+    window = make_window(checks=["layer1.0.conv1"])
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    with qtbot.waitSignals([window.workspace.model_changed, window.run_finished], timeout=RUN_TIMEOUT_MS):
+        window.workspace.load_model_with("Faster R-CNN with a bias", biased_detector)
+    return window
+
+
+def test_detection_boxes_follow_the_threshold_and_a_click_sets_box_n(det_window, qtbot) -> None:
+    window = det_window
+    result = window.workspace.last.result
+    overlay = window.input_panel.detections
+    assert result.task == "detection" and result.detections, "the bias makes boxes"
+    scores = [d.score for d in result.detections]
+    assert overlay.threshold == 0.5 and overlay.items == [], "untrained scores stay under the default 0.5"
+    assert window.predictions.detection.count.text() == f"0 of {len(scores)} detections drawn"
+    window.predictions.detection.slider.setValue(5)
+    assert [item.box.number for item in overlay.items] == [d.index for d in result.detections if d.score >= 0.05]
+    assert len(overlay.items) == len(scores)
+    window.predictions.detection.slider.setValue(15)
+    high = [d.index for d in result.detections if d.score >= 0.15]
+    assert [item.box.number for item in overlay.items] == high and 0 < len(high) < len(scores)
+    assert window.predictions.detection.count.text() == f"{len(high)} of {len(scores)} detections drawn"
+    first = overlay.items[0]
+    assert first.text.textItem.toPlainText() == f"{result.detections[high[0]].label_text} {scores[high[0]]:.2f}"
+
+    # a click at a box's centre: the topmost box there (the smallest: drawn above the larger ones) is chosen
+    box = min((item.box for item in overlay.items), key=lambda b: (b.x1 - b.x0) * (b.y1 - b.y0))
+    x, y = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+    under = [item for item in overlay.items if item.box.x0 <= x <= item.box.x1 and item.box.y0 <= y <= item.box.y1]
+    expected = max(under, key=lambda item: item.zValue()).box.number
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        click(window.input_panel, x, y)
+    assert window.workspace.target == f"box:{expected}"
+    result = window.workspace.last.result
+    assert result.target.startswith(f"score of box {expected} ")
+    assert result.objective_value == pytest.approx(result.detections[expected].score, abs=1e-5)
+    chosen = [item for item in overlay.items if item.box.number == expected]
+    assert len(chosen) == 1 and chosen[0].pen().widthF() == 3.0 and chosen[0].pen().color().name() == "#ffffff"
+
+    # with an image B, B runs with the same box:N objective (not a class N, which a detector refuses)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.workspace.set_image_b(ImageSource.from_path(Path(window.workspace.image.path).with_name("coffee.png")))
+    assert window.workspace.last.comparison.result.target.startswith(f"score of box {expected} ")
+
+    # a box the run did not find: one error line, the results and the box target stay
+    before = window.workspace.last
+    window.workspace.set_target(f"box:{len(scores) + 5}")
+    qtbot.waitUntil(lambda: f"Box {len(scores) + 5} does not exist" in window.last_error, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
+    assert window.workspace.last is before and window.workspace.target == f"box:{expected}"
+
+
+@pytest.fixture
+def clip_hub(tmp_path, monkeypatch):
+    """A tiny CLIP (image and text towers) on a Hub served from 127.0.0.1 (tests/hub_server.py)."""
+    from tests.hub_server import HubServer, make_clip
+    from tests.loopback import serving
+
+    make_clip(tmp_path / "repos" / "tiny" / "clip")
+    with serving(HubServer(tmp_path / "repos")) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.base)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        yield server
+
+
+def test_an_embedding_model_takes_the_similarity_to_image_b_and_to_a_text(make_window, qtbot, clip_hub) -> None:
+    import torch.nn.functional as F
+
+    from app.core.models import load_model
+    from app.core.resources import sample_image
+
+    window = make_window(checks=["layer1.0.conv1"])
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    space = window.workspace
+    with qtbot.waitSignals([space.model_changed, window.run_finished], timeout=RUN_TIMEOUT_MS):
+        space.load_model_with("hf:tiny/clip", lambda: load_model("hf:tiny/clip", "default"))
+    loaded = space.loaded
+    assert loaded.task == "embedding" and loaded.text_embedder is not None
+    similarity = window.predictions.similarity
+    assert similarity.isVisibleTo(window.predictions) and not window.predictions.legend.isVisibleTo(window.predictions)
+    assert not similarity.image_b_button.isEnabled(), "no image B yet"
+    other = Path(sample_image()).with_name("coffee.png")
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        space.set_image_b(ImageSource.from_path(other))
+    assert similarity.image_b_button.isEnabled() and similarity.text_field.isVisibleTo(window.predictions)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        qtbot.mouseClick(similarity.image_b_button, Qt.MouseButton.LeftButton)
+    assert space.target == f"similar:{other}"
+    result = space.last.result
+    assert result.target == f"cosine similarity to {other}"
+    # the score shown is the cosine similarity of A's and B's embeddings by the same model
+    with torch.no_grad():
+        a = loaded.module(loaded.preprocess.to_tensor(Image.open(sample_image())))
+        b = loaded.module(loaded.preprocess.to_tensor(Image.open(other)))
+    expected = float(F.cosine_similarity(embedding_of(a), embedding_of(b))[0])
+    assert result.objective_value == pytest.approx(expected, abs=1e-5)
+    assert similarity.score.text() == f"Cosine similarity: {expected:.3f}"
+
+    similarity.text_field.setText("a photo of a cat")
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        qtbot.keyClick(similarity.text_field, Qt.Key.Key_Return)
+    assert space.target == "text:a photo of a cat"
+    result = space.last.result
+    text = loaded.text_embedder("a photo of a cat")
+    assert result.objective_value == pytest.approx(float(F.cosine_similarity(embedding_of(a), text)[0]), abs=1e-5)
+    assert similarity.score.text() == f"Cosine similarity: {result.objective_value:.3f}"
