@@ -344,8 +344,24 @@ class Preprocess:
         return data
 
     @classmethod
-    def from_torchvision(cls, transforms: Any) -> Preprocess:
-        """Sizes and statistics of a torchvision ``ImageClassification`` preset (``weights.transforms()``)."""
+    def from_torchvision(cls, transforms: Any, size: int | None = None) -> Preprocess:
+        """Sizes and statistics of a torchvision preset (``weights.transforms()``). ``ImageClassification``: its
+        resize and centre crop. ``SemanticSegmentation`` resizes the shorter side and crops nothing: here a square
+        of that side, so that every run of the model has the same input size. ``ObjectDetection`` only converts
+        to [0, 1] (the detector resizes and normalises inside): mean 0, std 1, at ``size`` (the side the model's
+        own transform resizes to; required, as the preset does not say it)."""
+        if type(transforms).__name__ == "ObjectDetection":
+            if size is None:
+                raise ValueError("An ObjectDetection preset has no size (the detector resizes inside): give size.")
+            return cls(resize=size, crop=size, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+        if type(transforms).__name__ == "SemanticSegmentation" and getattr(transforms, "resize_size", None):
+            resize = transforms.resize_size
+            side = int(resize[0] if isinstance(resize, (list, tuple)) else resize)
+            interpolation = transforms.interpolation
+            return cls(resize=side, crop=side, mean=tuple(float(v) for v in transforms.mean),
+                       std=tuple(float(v) for v in transforms.std),
+                       interpolation=interpolation.value if isinstance(interpolation, InterpolationMode)
+                       else str(interpolation))
 
         def first(value: Any) -> int | None:
             if value is None:
