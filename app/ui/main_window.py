@@ -446,7 +446,8 @@ class MainWindow(QMainWindow):
         self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name)
         target_text = result.target
         categories = space.loaded.categories if space.loaded else None
-        if result.target_index is not None and categories:
+        # a classifier's words give the index only (a segmentation model's name the class; a detector's index is a box's)
+        if result.task == "classification" and result.target_index is not None and categories:
             target_text += f": {categories[result.target_index]}"
         classes = int(result.scores.shape[1]) if result.scores is not None else None
         self.predictions.show_predictions(result.top5, result.target_index, target_text, classes)

@@ -198,7 +198,10 @@ class GradCamFeature:
         target = result.target
         loaded = self.workspace.loaded
         categories = loaded.categories if loaded is not None else None
-        if result.target_index is not None and categories and 0 <= result.target_index < len(categories):
+        # A classifier's words name the class by index only; a segmentation model's name it already, and a
+        # detector's index is a box's, not a class's.
+        if result.task == "classification" and result.target_index is not None and categories \
+                and 0 <= result.target_index < len(categories):
             target += f": {categories[result.target_index]}"
         self.title.setText(f"Grad-CAM of {path} for the {target}")
         zero = float(cam.max(initial=0.0)) == 0.0

@@ -71,7 +71,8 @@ class BoxItem(QGraphicsRectItem):
         area = max((box.x1 - box.x0) * (box.y1 - box.y0), 1.0)
         self.setZValue(20 + (1000 if highlighted else 0) + 1.0 / area)
         self.text = pg.TextItem(box.caption, color="#ffffff" if not highlighted else "#000000",
-                                fill=pg.mkBrush(HIGHLIGHT if highlighted else colour), anchor=(0, 1))
+                                fill=pg.mkBrush(HIGHLIGHT if highlighted else colour), anchor=(0, 0))
+        # inside the box's top-left corner: a box at the image's top edge would put its label out of view
         self.text.setParentItem(self)
         self.text.setPos(box.x0, box.y0)
 

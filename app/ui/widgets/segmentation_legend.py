@@ -130,11 +130,13 @@ class SegmentationLegend(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.title = QLabel("Predicted mask: classes by share of the pixels")
+        self.title = QLabel("Predicted classes, share of the pixels:")
         self.title.setObjectName("muted")
+        self.title.setWordWrap(True)  # the right column is narrow: a long line would widen the dock
         self.rows = [LegendRow() for _ in range(LEGEND_ROWS)]
         self.more = QLabel("")
         self.more.setObjectName("muted")
+        self.more.setWordWrap(True)
         self.hint = QLabel("Click a class to take gradients of its pixels; drag a rectangle on the input for a region.")
         self.hint.setObjectName("muted")
         self.hint.setWordWrap(True)
