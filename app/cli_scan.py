@@ -18,6 +18,8 @@ from pathlib import Path
 
 from app.core.errors import HookscopeError
 
+DEFAULT_BATCH = 32
+
 
 def _positive(text: str) -> int:
     try:
@@ -50,7 +52,9 @@ def build_scan_parser() -> argparse.ArgumentParser:
                         help="rank images by the channel's maximum (default) or its mean over positions")  # fmt: skip
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (scan.json, png/)")
     parser.add_argument(
-        "--batch-size", type=_positive, default=32, metavar="N", help="images per forward pass (default: 32)"
+        "--batch-size", type=_positive, default=None, metavar="N",
+        help=f"images per forward pass (default: {DEFAULT_BATCH}, or the most that fit in memory when fewer do: a "
+        "detector's batches are large)",
     )
     parser.add_argument("--size", type=int, default=0, metavar="PX",
                         help="input size in pixels instead of the model's own (its crop; the resize keeps 256/224)")  # fmt: skip
@@ -157,6 +161,18 @@ class _Progress:
             self._line.end_line()
 
 
+def _default_batch(loaded, settings, images: int, device: str) -> int:
+    """``DEFAULT_BATCH``, or the largest batch below it that fits in memory (at least 1: one image that does not
+    fit is refused with its own line)."""
+    from app.core.memory_fit import available_memory, largest_fitting
+    from app.core.scan import memory_need
+
+    need, free, size = memory_need(loaded, settings, images), available_memory(device), loaded.preprocess.crop
+    if free is None or need(size, DEFAULT_BATCH) <= free:
+        return DEFAULT_BATCH
+    return largest_fitting(lambda batch: need(size, batch), 1, DEFAULT_BATCH - 1, free) or 1
+
+
 def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
     """--size and --batch-size that cannot fit in memory are refused before the first image is read."""
     from app.core.memory_fit import available_memory, refuse_unless_fits
@@ -191,8 +207,10 @@ def run_scan_command(args: argparse.Namespace) -> int:
     if args.size:
         loaded.preprocess = replace(loaded.preprocess, crop=args.size, resize=args.size * 256 // 224)
     modules = _select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
-    settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size,
+    settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size or DEFAULT_BATCH,
                             boxes=not args.no_boxes, exact_boxes=args.exact_boxes)  # fmt: skip
+    if args.batch_size is None:  # not asked for: the default, or fewer where a batch of it would not fit
+        settings = replace(settings, batch_size=_default_batch(loaded, settings, len(images), device))
     _refuse_what_cannot_fit(loaded, settings, len(images), device)
     if args.ray is not None:
         from app.core.scan_ray import RayScan

@@ -30,6 +30,7 @@ from app.core.capture import RunResult, Target, capture_run
 from app.core.devices import resolve_device
 from app.core.hooks import HookRegistry
 from app.core.models import LoadedModel
+from app.core.objectives import with_reference
 from app.core.termination import Terminated
 from app.core.video import Frame, LatestFrame, VideoError, VideoRecorder, VideoSource
 
@@ -260,6 +261,7 @@ def live_run(
     truncated ends it with ``error``. The source is closed and every hook removed before this returns.
     """
     report = LiveReport()
+    target = with_reference(target, loaded)  # similar:/text: the embedding compared with, made once
     model = loaded.module
     dev = resolve_device(device)
     registry: HookRegistry | None = None

@@ -29,6 +29,7 @@ from app.core.images import Preprocess
 from app.core.interventions import Intervention
 from app.core.model_files import split_factory
 from app.core.models import TIMM_PREFIX, LoadedModel
+from app.core.objectives import parse_target
 from app.core.snippets import module_expression, one_line
 
 Target = int | str
@@ -100,7 +101,20 @@ class _Writer:
         self.hooks = hooks
         self.edits = edits
         self.image = _absolute(image) if image is not None else None
-        self.target = target if target == "top1" else int(target)
+        objective = parse_target(target)
+        if objective.kind == "text":
+            raise HookscopeError("--script cannot write a text: target: the text tower is a Hugging Face model's, "
+                                 "which a script does not rebuild; use export without --script.")
+        # "top1", a class index (as before), or the objective's parts: ("class", C) for a segmentation model's
+        # class, ("region", C, (x0, y0, x1, y1)), ("box", N), ("similar", IMAGE)
+        segmentation = loaded.task == "segmentation"
+        self.target: object = ("class", None) if segmentation and objective.kind == "top1" else \
+            "top1" if objective.kind == "top1" else (
+            int(objective.index or 0) if objective.kind == "class" and loaded.task != "segmentation"
+            else ("class", objective.index) if objective.kind == "class"
+            else ("region", objective.index, objective.region) if objective.kind == "region"
+            else ("box", objective.index) if objective.kind == "box"
+            else ("similar", _absolute(objective.image or "")))
         self.device = device
         self.what = what
         self.codes = {h.code for h in hooks}
@@ -117,7 +131,8 @@ class _Writer:
             *[code for name, code in HOOK_CODE.items() if name in self.codes],
             *[EDIT_CODE[kind] for kind in EDIT_ORDER if kind in self.edit_kinds],
             self._register(),
-            OBJECTIVE.replace("{{TARGET}}", repr(self.target)),
+            OBJECTIVE.replace("{{TARGET}}", repr(self.target)).replace(
+                "{{INPUT_SIZE}}", repr((self.loaded.preprocess.crop, self.loaded.preprocess.crop))),
             self._main(),
         ]
         return "\n\n".join(part.strip("\n") for part in parts if part) + "\n"
@@ -132,7 +147,8 @@ class _Writer:
         listed = ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "none"
         edits = "; ".join(e.spec for e in self.edits) or "none"
         target = "the top-1 class's logit (or the sum of the output when it holds no class scores)" \
-            if self.target == "top1" else f"the logit of class {self.target}"
+            if self.target == "top1" else f"the logit of class {self.target}" if isinstance(self.target, int) \
+            else f"the objective {parse_target_words(self.target)}"
         lines = [
             '"""What Hookscope ran, redone in plain PyTorch: the same model, image, preprocessing, hooks and edits.',
             "",
@@ -194,7 +210,8 @@ class _Writer:
             else:
                 lines += [
                     "    torch.manual_seed(SEED)  # random weights: the same seed before construction, the same weights",
-                    f"    model = torchvision.models.get_model({loaded.name!r}, weights=None)",
+                    f"    model = torchvision.models.get_model({loaded.name!r}, weights=None"
+                    + (", weights_backbone=None)" if loaded.task != "classification" else ")"),
                 ]
         elif loaded.source == "timm":
             arch = loaded.name[len(TIMM_PREFIX):]
@@ -362,6 +379,19 @@ def _edit_registration(edit: Intervention) -> str:
 
 def _absolute(path: str | os.PathLike) -> str:
     return os.path.abspath(os.fspath(path))
+
+
+def parse_target_words(target: tuple) -> str:
+    """The docstring's words for a target tuple (``_Writer.target``)."""
+    if target[0] == "class" and target[1] is None:
+        return "top1 (the class predicted on the most pixels: its logits over them)"
+    if target[0] == "class":
+        return f"class:{target[1]} (its logits over its predicted pixels)"
+    if target[0] == "region":
+        return f"class:{target[1]}@" + ",".join(str(v) for v in target[2]) + " (its logits over that region)"
+    if target[0] == "box":
+        return f"box:{target[1]} (the score of detection {target[1]})"
+    return f"similar:{target[1]} (the cosine similarity of the embeddings)"
 
 
 def _preprocess_words(p: Preprocess) -> str:
@@ -732,7 +762,9 @@ def scale_grad_input(factor):
 
 OBJECTIVE = '''
 # ---- the target --------------------------------------------------------------------------------------------------
-TARGET = {{TARGET}}  # "top1", or a class index
+TARGET = {{TARGET}}  # "top1", a class index, or a tuple: ("class", C), ("region", C, box), ("box", N), ("similar", IMAGE)
+INPUT_SIZE = {{INPUT_SIZE}}  # (height, width) of the model's input
+REFERENCE = None  # the embedding a similarity compares with, made in main() before the hooks
 
 
 def class_scores(output):
@@ -752,7 +784,9 @@ def class_scores(output):
 
 def objective(output):
     """The number the gradients are of: a class's logit (top1: the highest logit, ties to the lowest index), or the
-    sum of the output when it holds no class scores."""
+    sum of the output when it holds no class scores; for the other targets (a tuple), as Hookscope computes them."""
+    if isinstance(TARGET, tuple):
+        return objective_of(output, TARGET)
     scores = class_scores(output)
     if scores is None:
         total = sum(t.sum() for _, t in tensor_leaves(output) if t.is_floating_point())
@@ -763,6 +797,37 @@ def objective(output):
         index = int(torch.sort(row, descending=True, stable=True).indices[0])
         return scores[0, index], index, f"top-1 logit (class {index})"
     return scores[0, TARGET], TARGET, f"logit of class {TARGET}"
+
+
+def objective_of(output, target):
+    """A segmentation class's logits over its predicted pixels (as pytorch-grad-cam's SemanticSegmentationTarget)
+    or over a region (x0, y0, x1, y1 of the input, pixels); a detection's score; the cosine similarity to an image's
+    embedding."""
+    kind = target[0]
+    if kind in ("class", "region"):
+        logits = output["out"] if isinstance(output, Mapping) and "out" in output else output.logits
+        c = target[1]
+        if kind == "region":
+            x0, y0, x1, y1 = target[2]
+            height, width = INPUT_SIZE
+            sy, sx = logits.shape[2] / height, logits.shape[3] / width
+            rows = slice(int(y0 * sy), max(int(y0 * sy) + 1, round(y1 * sy)))
+            cols = slice(int(x0 * sx), max(int(x0 * sx) + 1, round(x1 * sx)))
+            return logits[0, c, rows, cols].sum(), c, f"logits of class {c} over {x0},{y0},{x1},{y1}"
+        predicted = logits.detach()[0].argmax(dim=0)
+        if c is None:  # top1: the class predicted on the most pixels, the background (class 0) aside if any other is
+            counts = torch.bincount(predicted.flatten(), minlength=logits.shape[1])
+            if counts[1:].sum() > 0:
+                counts[0] = 0
+            c = int(counts.argmax())
+        mask = (predicted == c).to(logits.dtype)
+        return (logits[0, c] * mask).sum(), c, f"logits of class {c} over its predicted pixels"
+    if kind == "box":
+        n = target[1]
+        return output[0]["scores"][n], n, f"score of box {n}"
+    embedding = output if isinstance(output, torch.Tensor) else output[0]
+    return torch.nn.functional.cosine_similarity(embedding.reshape(1, -1), REFERENCE.reshape(1, -1))[0], None, \
+        f"cosine similarity to {target[1]}"
 '''
 
 MAIN = '''
@@ -806,6 +871,12 @@ def main():
         with torch.no_grad():
             model(preprocess(read_image_or_fail(OTHER_IMAGES[other])).to(device))
         handle.remove()
+
+    global REFERENCE
+    if isinstance(TARGET, tuple) and TARGET[0] == "similar":  # the other image's embedding, before any hook
+        with torch.no_grad():
+            other = model(preprocess(read_image_or_fail(TARGET[1])).to(device))
+        REFERENCE = (other if isinstance(other, torch.Tensor) else other[0]).detach()
 
     handles = register_hooks(model, mix_outputs)
     try:

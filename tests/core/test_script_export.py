@@ -240,3 +240,39 @@ def test_the_grad_columns_in_a_script_tensor_hooks_and_grad_input(tmp_path):
     conv1 = next(r for r in result.records if (r.path, r.kind) == ("conv1", "grad_input"))
     torch.testing.assert_close(conv1.tensor, result.input_grad)  # conv1's input is the image
     assert _compare(tmp_path / "captures.npz", expected) <= 1e-6
+
+
+@pytest.mark.parametrize(("model", "layers", "target"), [
+    ("lraspp_mobilenet_v3_large", "backbone.4", "class:3@40,60,300,400"),
+    ("lraspp_mobilenet_v3_large", "backbone.4", "top1"),
+    ("resnet18", "layer4", "similar:OTHER"),
+])
+def test_the_script_computes_the_same_objective_for_other_targets(tmp_path, model, layers, target):
+    """A segmentation region, a segmentation model's top class over its pixels, an embedding similarity: the
+    generated script differentiates what Hookscope did (the input gradient and every capture agree)."""
+    image = _picture(tmp_path / "photo.png", 4, (200, 150))
+    target = target.replace("OTHER", str(_picture(tmp_path / "other.png", 5, (150, 200))))
+    out, script = tmp_path / "out", tmp_path / "redo.py"
+    assert main(["export", "--model", model, "--weights", "none", "--image", str(image), "--layers", layers,
+                 "--hooks", "forward,tensor", "--target", target, "--no-png", "--out", str(out),
+                 "--script", str(script)]) == 0
+    assert "weights_backbone=None" in script.read_text() or model == "resnet18"  # nothing downloads
+    _run_script(script, tmp_path / "captures.npz", tmp_path)
+    expected = _exported(out)
+    assert "input_grad" in expected and np.abs(expected["input_grad"]).sum() > 0
+    assert _compare(tmp_path / "captures.npz", expected) <= 1e-4
+
+
+def test_a_box_target_in_a_script_is_the_detections_score(tmp_path):
+    """A detector (random weights keep few boxes above its 0.05 threshold, so its script is checked to be written
+    and to compile; the box objective itself is checked against autograd in test_objectives.py)."""
+    from app.core.hooks import HookRegistry
+    from app.core.models import load_model
+    from app.core.script_export import standalone_script
+
+    loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn", "none")
+    registry = HookRegistry(loaded.module)
+    registry.add("backbone.body.4", "forward")
+    text = standalone_script(loaded, registry, image=None, target="box:2", device="cpu")
+    assert "TARGET = ('box', 2)" in text and "weights_backbone=None" in text
+    compile(text, "redo.py", "exec")
