@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -334,3 +335,30 @@ def test_without_transformers_the_name_is_refused_in_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed: find_spec finds nothing
     with pytest.raises(ModelError, match=r"needs transformers: pip install 'hookscope\[hub\]'"):
         hub_models.check_hub_name("hf:google/vit-base-patch16-224")
+
+
+def test_a_text_target_on_a_clip_model_is_the_cosine_to_the_texts_embedding(hub, tmp_path):
+    """--target text:PROMPT through the command line on a CLIP-like model from the Hub: the manifest's objective is
+    the cosine similarity of the image's embedding to the prompt's, and the input gradient is its gradient."""
+    import torch.nn.functional as F
+
+    out = tmp_path / "out"
+    done = hookscope("export", "--model", "hf:tiny/clip", "--weights", "default", "--image", str(SAMPLE),
+                     "--layers", "vision_model.encoder.layers.0", "--target", "text:a photo of a dog", "--out", str(out),
+                     "--no-png")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    target = json.loads((out / "manifest.json").read_text())["target"]
+    assert target["description"] == "cosine similarity to the text 'a photo of a dog'"
+    clip = hub_models.load_hub_model("hf:tiny/clip")
+    x = torch.from_numpy(np.load(out / "input.npy"))
+    with torch.no_grad():
+        expected = F.cosine_similarity(clip.module(x), clip.text_embedder("a photo of a dog"))[0]
+    assert target["objective"]["value"] == pytest.approx(float(expected), abs=1e-5)
+    xin = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(F.cosine_similarity(clip.module(xin), clip.text_embedder("a photo of a dog"))[0],
+                                  [xin])
+    assert np.allclose(np.load(out / "input_grad.npy"), grad.numpy(), atol=1e-6)
+    # a model without a text tower: one line
+    done = hookscope("export", "--model", "hf:tiny/vit", "--weights", "default", "--image", str(SAMPLE),
+                     "--layers", "classifier", "--target", "text:a dog", "--out", str(tmp_path / "no"))  # fmt: skip
+    assert done.returncode == 2 and "text tower" in done.stderr.splitlines()[-1]
