@@ -368,6 +368,7 @@ def test_an_embedding_model_takes_the_similarity_to_image_b_and_to_a_text(make_w
     similarity = window.predictions.similarity
     assert similarity.isVisibleTo(window.predictions) and not window.predictions.legend.isVisibleTo(window.predictions)
     assert not similarity.image_b_button.isEnabled(), "no image B yet"
+    assert not any(row.isVisibleTo(window.predictions) for row in window.predictions.rows), "no class rows"
     other = Path(sample_image()).with_name("coffee.png")
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         space.set_image_b(ImageSource.from_path(other))

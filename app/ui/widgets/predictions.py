@@ -389,6 +389,10 @@ class PredictionsPanel(QWidget):
     def show_task(self, task: str) -> None:
         """Show what a model of ``task`` ("classification", "segmentation", "detection", "embedding") offers."""
         self.task = task
+        if task != "classification":  # an embedding's values are no class scores (the others have none)
+            for row in self.rows:
+                row.setVisible(False)
+            self.side_by_side.setVisible(False)
         self.legend.setVisible(task == "segmentation")
         self.detection.setVisible(task == "detection")
         self.similarity.setVisible(task == "embedding")
