@@ -394,3 +394,32 @@ def test_an_embedding_model_takes_the_similarity_to_image_b_and_to_a_text(make_w
     text = loaded.text_embedder("a photo of a cat")
     assert result.objective_value == pytest.approx(float(F.cosine_similarity(embedding_of(a), text)[0]), abs=1e-5)
     assert similarity.score.text() == f"Cosine similarity: {result.objective_value:.3f}"
+
+
+def test_a_region_target_is_saved_in_the_session_and_in_the_export(seg_window, qtbot, tmp_path) -> None:
+    import json
+
+    window = seg_window
+    space = window.workspace
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        space.set_target("class:3@8,16,72,96")
+    words = space.last.result.target
+    assert words.startswith("logits of class 3 (") and words.endswith("over 8,16,72,96")
+    sessions = window.features["sessions"]
+    path = tmp_path / "region.hookscope.json"
+    assert sessions.save(path)
+    assert json.loads(path.read_text())["target"] == "class:3@8,16,72,96"
+    out = tmp_path / "export"
+    with qtbot.waitSignal(sessions.exported, timeout=RUN_TIMEOUT_MS):
+        assert sessions.export_run(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["description"] == words and manifest["target"]["index"] == 3
+    assert manifest["target"]["objective"]["task"] == "segmentation"
+
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        space.set_target("top1")
+    with qtbot.waitSignals([sessions.restored, window.run_finished], timeout=RUN_TIMEOUT_MS):
+        sessions.open(path)  # the model again (by name, with its 128 px input), then the target and one run
+    assert sessions.last_problems == [] and space.target == "class:3@8,16,72,96"
+    assert space.last.result.target == words
+    assert window.input_panel._box.rubber_band.rect().getCoords() == (8, 16, 72, 96)
