@@ -57,6 +57,8 @@ def test_a_typed_hub_name_loads_the_model_and_shows_its_tree(make_window, qtbot,
     assert window.chooser.model_box.currentText() == "hf:tiny/vit"
     assert window.chooser.model_box.findText("hf:tiny/vit") >= 0  # listed now, to come back to
     assert any(path.endswith("/model.safetensors") for _, path, _ in hub.requests)
+    inputs = window.features["input_settings"]
+    assert "(the repo's image processor)" in inputs.requirements.text() and inputs.button.text() == "Input…"
 
 
 def test_cancel_stops_the_download_keeps_its_part_and_the_model_stays(make_window, qtbot, hub):

@@ -18,7 +18,8 @@ from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
 from app.ui.state.workspace import Workspace
 
-KNOWN_TRANSFORMS = ("catalogue", "timm", "state_dict")  # sources whose preprocessing comes with the weights
+# sources whose preprocessing comes with the weights (a Hub model's: its repo's image processor)
+KNOWN_TRANSFORMS = ("catalogue", "timm", "state_dict", "hub")
 
 
 class InputSettingsFeature:
@@ -73,6 +74,8 @@ class InputSettingsFeature:
     def _update_label(self, loaded: LoadedModel) -> None:
         if loaded.preprocess != self.own:
             origin = "set with Input…"
+        elif loaded.source == "hub":
+            origin = "the repo's image processor"
         elif loaded.source in KNOWN_TRANSFORMS:
             origin = "the weights' own transforms"
         else:
