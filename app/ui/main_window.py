@@ -366,14 +366,15 @@ class MainWindow(QMainWindow):
         task = result.task if result.task != "classification" or loaded is None else loaded.task
         categories = space.loaded.categories if space.loaded else None
         objective = parse_target(space.target)  # the words were checked when the target was set
-        targeted = objective.index if objective.kind in ("class", "region") else None
         self.predictions.show_task(task)
         classes = result.segmentation if task == "segmentation" else None
         if classes is not None:
             classes = np.asarray(classes)
             count = max(len(categories or ()), int(classes.max()) + 1 if classes.size else 1)
             self.input_panel.show_mask(mask_data(classes), mask_lut(count))
-            self.predictions.legend.show_mask(classes, categories, class_colours(count), targeted)
+            # the run's class: the one named, or the one top1 chose
+            self.predictions.legend.show_mask(classes, categories, class_colours(count), result.target_index)
+            self.predictions.class_box.setRange(0, count - 1)
         else:
             self.input_panel.show_mask(None)
         self.input_panel.set_regions_enabled(classes is not None)

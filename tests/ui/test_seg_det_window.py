@@ -205,6 +205,9 @@ def test_the_mask_on_the_input_is_the_runs_predicted_classes(seg_window) -> None
     assert shown == [(s.index, f"{s.share:.1%}") for s in expected]
     assert window.predictions.legend.isVisibleTo(window.predictions)
     assert not window.predictions.detection.isVisibleTo(window.predictions)
+    framed = [r.index for r in window.predictions.legend.rows if r.property("target") and not r.isHidden()]
+    assert window.workspace.target == "top1" and framed == [result.target_index], "top1's class is framed"
+    assert window.predictions.class_box.maximum() == 20
 
 
 def test_clicking_a_legend_class_makes_it_the_target(seg_window, qtbot) -> None:
