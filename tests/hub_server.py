@@ -267,3 +267,20 @@ def make_timm(folder: Path, arch: str = "test_resnet") -> Path:
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps({"architecture": arch, "num_classes": model.num_classes}))
     return folder
+
+
+def use_hub(monkeypatch, server, home) -> None:
+    """Point this process (and the commands it starts) at ``server`` with an empty cache in ``home``, online.
+
+    huggingface_hub reads ``HF_HUB_OFFLINE`` once, when it is first imported: a test module that set it for its own
+    models (tests/core/test_class_scores.py builds transformers models from configs offline) leaves the client
+    offline for the rest of the run, so the flag is reset on the module too, not only in the environment."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

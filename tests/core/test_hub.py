@@ -28,6 +28,7 @@ from tests.hub_server import (
     make_segformer,
     make_timm,
     make_vit,
+    use_hub,
 )
 from tests.loopback import serving
 
@@ -53,11 +54,7 @@ def repos(tmp_path_factory):
 def hub(repos, tmp_path, monkeypatch):
     """The Hub serving ``repos``, and an empty Hugging Face cache, for this process and the commands it runs."""
     with serving(HubServer(repos, gated=("tiny/gated",))) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.base)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        use_hub(monkeypatch, server, tmp_path / "hf")
         yield server
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
 
-from tests.hub_server import HubServer, make_bert, make_timm, make_vit
+from tests.hub_server import HubServer, make_bert, make_timm, make_vit, use_hub
 from tests.loopback import serving
 
 RUN_TIMEOUT_MS = 120_000
@@ -22,10 +22,7 @@ def hub(tmp_path, monkeypatch):
     make_bert(tmp_path / "repos" / "tiny" / "bert")
     make_timm(tmp_path / "repos" / "timm" / "test_resnet.r160_in1k")
     with serving(HubServer(tmp_path / "repos")) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.base)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        use_hub(monkeypatch, server, tmp_path / "hf")
         yield server
 
 

@@ -342,15 +342,12 @@ def test_detection_boxes_follow_the_threshold_and_a_click_sets_box_n(det_window,
 @pytest.fixture
 def clip_hub(tmp_path, monkeypatch):
     """A tiny CLIP (image and text towers) on a Hub served from 127.0.0.1 (tests/hub_server.py)."""
-    from tests.hub_server import HubServer, make_clip
+    from tests.hub_server import HubServer, make_clip, use_hub
     from tests.loopback import serving
 
     make_clip(tmp_path / "repos" / "tiny" / "clip")
     with serving(HubServer(tmp_path / "repos")) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.base)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        use_hub(monkeypatch, server, tmp_path / "hf")
         yield server
 
 
