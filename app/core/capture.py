@@ -18,6 +18,7 @@ from app.core.models import first_line
 from app.core.objectives import (
     Detection,
     Objective,
+    class_label,
     detection_objective,
     detections_list,
     detections_of,
@@ -164,13 +165,6 @@ def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: i
     probabilities = torch.softmax(scores.detach().float().cpu()[0], dim=0)
     indices = class_ranking(scores)[:k].tolist()
     return [Prediction(i, class_label(i, categories), float(probabilities[i])) for i in indices]
-
-
-def class_label(index: int, categories: Sequence[str] | None) -> str:
-    """The class's name from the weights' metadata (``LoadedModel.categories``), else ``class N``."""
-    if categories and 0 <= index < len(categories):
-        return str(categories[index])
-    return f"class {index}"
 
 
 def ensure_survey(model: nn.Module, registry: HookRegistry, x: torch.Tensor) -> ModelSurvey:

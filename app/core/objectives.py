@@ -194,7 +194,7 @@ def segmentation_objective(
         raise RunError(f"'{objective.spec}' does not fit a segmentation model; use class:C or class:C@x0,y0,x1,y1.")
     if not 0 <= index < classes:
         raise RunError(f"Class {index} does not exist: the model has {classes} classes (0-{classes - 1}).")
-    name = _label(index, categories)
+    name = class_label(index, categories)
     if objective.kind == "region":
         height, width = (int(v) for v in size)
         x0, y0, x1, y1 = objective.region or (0, 0, width, height)
@@ -239,7 +239,8 @@ def similarity_objective(output: object, objective: Objective) -> tuple[torch.Te
     return value, None, words
 
 
-def _label(index: int, categories: Sequence[str] | None) -> str:
+def class_label(index: int, categories: Sequence[str] | None) -> str:
+    """The class's name from the weights' metadata (``LoadedModel.categories``), else ``class N``."""
     if categories and 0 <= index < len(categories):
         return str(categories[index])
     return f"class {index}"
@@ -247,7 +248,7 @@ def _label(index: int, categories: Sequence[str] | None) -> str:
 
 def detections_list(found: Mapping[str, torch.Tensor], categories: Sequence[str] | None) -> list[Detection]:
     boxes, labels, scores = (found[key].detach().to("cpu") for key in ("boxes", "labels", "scores"))
-    return [Detection(i, tuple(float(v) for v in boxes[i].tolist()), int(labels[i]), _label(int(labels[i]), categories),
+    return [Detection(i, tuple(float(v) for v in boxes[i].tolist()), int(labels[i]), class_label(int(labels[i]), categories),
                       float(scores[i])) for i in range(len(scores))]
 
 
