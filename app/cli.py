@@ -21,13 +21,13 @@ from app import __version__
 from app.cli_live import build_live_parser, frame_range, run_export_video, run_live
 from app.cli_progress import ProgressLine, end_progress_lines, stop_on_signals
 from app.cli_scan import build_scan_parser, run_bench_scan, run_scan_command
-from app.core.allocator import keep_freed_memory
-from app.core.errors import HookscopeError, write_error, write_problem
-from app.core.hooks import KINDS
-from app.core.termination import SIGTERM_EXIT, Terminated, sigterm_raises
+from app.core.common.errors import HookscopeError, write_error, write_problem
+from app.core.engine.hooks import KINDS
+from app.system.allocator import keep_freed_memory
+from app.system.termination import SIGTERM_EXIT, Terminated, sigterm_raises
 
 if TYPE_CHECKING:
-    from app.core.pipeline import ModelSource
+    from app.core.engine.pipeline import ModelSource
 
 SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan", "live")
 SUMMARIES = {  # one line each in 'hookscope --help'
@@ -56,8 +56,8 @@ def _csv(text: str) -> list[str]:
 def _target(text: str) -> str | int:
     """``top1``, a class index (as an int), or another of ``--target``'s forms (as its text: checked against the
     model when it runs)."""
-    from app.core.errors import RunError
-    from app.core.objectives import FORMS, parse_target
+    from app.core.common.errors import RunError
+    from app.core.engine.objectives import FORMS, parse_target
 
     if text == "top1":
         return text
@@ -295,7 +295,7 @@ def _output_folders(images: list[str], out: Path) -> list[Path]:
 def model_source(args: argparse.Namespace) -> ModelSource:
     """The command line's model as a ``ModelSource``: --model, --weights and --seed, or --model-file (with
     --arch, --trust, --non-strict, and --weights as a state_dict to load into it)."""
-    from app.core.pipeline import ModelSource
+    from app.core.engine.pipeline import ModelSource
 
     model_file = getattr(args, "model_file", None)
     if getattr(args, "arch", None) and not model_file:
@@ -315,7 +315,7 @@ def model_source(args: argparse.Namespace) -> ModelSource:
 def building(source: ModelSource, after_s: float = BUILD_NOTE_AFTER_S) -> Iterator[None]:
     """While a model is built or loaded: after ``after_s`` seconds one line says what is being built (a trusted
     model.py's factory can take long, or never return), and Ctrl-C or SIGTERM stop it."""
-    from app.core.model_files import split_factory
+    from app.core.models.files import split_factory
 
     if source.file:
         file, factory = split_factory(source.file)
@@ -335,8 +335,8 @@ def building(source: ModelSource, after_s: float = BUILD_NOTE_AFTER_S) -> Iterat
 
 def load_for_cli(args: argparse.Namespace):
     """The model the command line asked for (catalogue name and weights, or --model-file), with its notice printed."""
-    from app.core.models import TIMM_PREFIX
-    from app.core.pipeline import open_model
+    from app.core.engine.pipeline import open_model
+    from app.core.models.catalogue import TIMM_PREFIX
 
     source = model_source(args)
     if not source.file:
@@ -355,8 +355,8 @@ def fetch_for_cli(name: str, weights: str) -> None:
     """Before opening hf:ORG/NAME, or timm/NAME with --weights default: what is not in the Hugging Face cache is
     downloaded, with a progress line (Ctrl-C stops it; the part that came stays in the cache, and the next run
     resumes it). Nothing for other models, or when all is cached."""
-    from app.core import hub_models
-    from app.core.models import TIMM_PREFIX, timm_available
+    from app.core.models import hub as hub_models
+    from app.core.models.catalogue import TIMM_PREFIX, timm_available
 
     if name.startswith(hub_models.HF_PREFIX):
         if weights not in ("default", "none") or hub_models.is_cached(name, weights):
@@ -364,7 +364,7 @@ def fetch_for_cli(name: str, weights: str) -> None:
         label = name
         fetch = lambda bar: hub_models.fetch_model(name, weights, progress=bar)  # noqa: E731
     elif name.startswith(TIMM_PREFIX) and weights == "default" and timm_available():
-        from app.core.models import _timm_cached_weights, check_model_name
+        from app.core.models.catalogue import _timm_cached_weights, check_model_name
 
         check_model_name(name)
         arch = name[len(TIMM_PREFIX) :]
@@ -385,7 +385,7 @@ def fetch_for_cli(name: str, weights: str) -> None:
 
 def _edits(args: argparse.Namespace) -> list:
     """The --edit specs as interventions; a bad spec is a one-line error."""
-    from app.core.interventions import parse_edit
+    from app.core.engine.interventions import parse_edit
 
     return [parse_edit(spec) for spec in getattr(args, "edit", None) or []]
 
@@ -395,7 +395,7 @@ def register_for_cli(registry, args: argparse.Namespace, preprocess=None) -> dic
 
     Returns the other images the mix edits blend in, read and preprocessed (``run_image(..., others=...)``).
     """
-    from app.core.pipeline import other_images
+    from app.core.engine.pipeline import other_images
 
     for path in _select_layers(args.layers, registry.paths):
         for kind in args.hooks:
@@ -410,7 +410,7 @@ def _add_edits_to_manifest(folder: Path, manifest: dict, args: argparse.Namespac
     """manifest.json gains the --edit specs and, per top-5 class, its probability without the edits."""
     import json
 
-    from app.core.compare import prediction_changes
+    from app.core.pictures.compare import prediction_changes
 
     if not getattr(args, "edit", None):
         return
@@ -425,7 +425,7 @@ def _add_edits_to_manifest(folder: Path, manifest: dict, args: argparse.Namespac
 def _warn_non_finite(manifest: dict) -> None:
     """NaN or inf in the weights, output or captures: one warning line (the manifest's non_finite has the detail).
     The export itself succeeded (what the hooks saw is written, NaN included), so the exit status stays 0."""
-    from app.core.numeric import NumericReport
+    from app.core.engine.numeric import NumericReport
 
     line = NumericReport.from_description(manifest.get("non_finite")).line()
     if line:
@@ -436,8 +436,8 @@ def _warn_non_finite_batch(images: list, root: Path, out: Path) -> None:
     """After a batch: one warning line when any image's manifest says NaN or inf (the first one's sentence)."""
     import json
 
-    from app.core.batch import folder_names
-    from app.core.numeric import NumericReport
+    from app.core.engine.numeric import NumericReport
+    from app.core.outputs.batch import folder_names
 
     found = []
     for name in folder_names(images, root):
@@ -468,7 +468,7 @@ def _export_mode(args: argparse.Namespace) -> str:
     if getattr(args, "script", None):
         if given[0] == "--images":
             raise HookscopeError("--script goes with --image or --session (a script redoes one image's run).")
-        from app.core.script_export import check_script_path
+        from app.core.teaching.script_export import check_script_path
 
         check_script_path(args.script)
     for flag, value in (("--edit", getattr(args, "edit", None)), ("--model-file", getattr(args, "model_file", None))):
@@ -485,11 +485,11 @@ def run_export(args: argparse.Namespace) -> int:
         return run_export_session(args)
     if mode == "--video":
         return run_export_video(args)
-    from app.core.devices import resolve_device
-    from app.core.export import write_run
-    from app.core.hooks import HookRegistry
-    from app.core.images import read_image
-    from app.core.pipeline import run_image
+    from app.core.engine.devices import resolve_device
+    from app.core.engine.hooks import HookRegistry
+    from app.core.engine.pipeline import run_image
+    from app.core.models.images import read_image
+    from app.core.outputs.export import write_run
 
     resolve_device(args.device)
     images = [read_image(path) for path in args.image]  # fail on a bad image before the slow part
@@ -548,7 +548,7 @@ def _write_script(args: argparse.Namespace, loaded, registry, image: str, target
     are the ones the run used: a full backward hook or its tensor-hook fallback)."""
     if not getattr(args, "script", None):
         return
-    from app.core.script_export import standalone_script, write_script
+    from app.core.teaching.script_export import standalone_script, write_script
 
     write_script(args.script, standalone_script(loaded, registry, image=image, target=target, device=device,
                                                 what="hookscope export"))
@@ -558,9 +558,9 @@ def _write_script(args: argparse.Namespace, loaded, registry, image: str, target
 
 def run_export_batch(args: argparse.Namespace) -> int:
     """--images DIR: every image of a folder, the model loaded once, resumable, with summary.csv."""
-    from app.core.batch import find_images, run_batch
-    from app.core.devices import resolve_device
-    from app.core.hooks import HookRegistry
+    from app.core.engine.devices import resolve_device
+    from app.core.engine.hooks import HookRegistry
+    from app.core.outputs.batch import find_images, run_batch
 
     resolve_device(args.device)
     folder, out = Path(args.images), Path(args.out)
@@ -602,20 +602,20 @@ def run_export_batch(args: argparse.Namespace) -> int:
 
 def _finished_images(images: list, root: Path, out: Path) -> int:
     """How many of a batch's images have a finished folder (its done.json), this run's and earlier runs'."""
-    from app.core.batch import DONE_FILE, folder_names
+    from app.core.outputs.batch import DONE_FILE, folder_names
 
     return sum((out / name / DONE_FILE).is_file() for name in folder_names(images, root))
 
 
 def run_export_session(args: argparse.Namespace) -> int:
     """--session FILE: the saved model, weights, preprocessing, hooks, edits, target and images, headlessly."""
-    from app.core.devices import resolve_device
-    from app.core.errors import DeviceError, ImageError
-    from app.core.export import write_run
-    from app.core.hooks import HookRegistry
-    from app.core.images import read_image
-    from app.core.pipeline import ModelSource, open_model, run_image
-    from app.core.session import apply_session_edits, load_session, register_session_hooks, session_survey
+    from app.core.common.errors import DeviceError, ImageError
+    from app.core.engine.devices import resolve_device
+    from app.core.engine.hooks import HookRegistry
+    from app.core.engine.pipeline import ModelSource, open_model, run_image
+    from app.core.models.images import read_image
+    from app.core.outputs.export import write_run
+    from app.core.outputs.session import apply_session_edits, load_session, register_session_hooks, session_survey
 
     session, problems = load_session(args.session)
     # The one line that matters when the session cannot run (its model or weights file is missing); raised
@@ -679,7 +679,7 @@ def run_bench_batch(args: argparse.Namespace) -> int:
     files, in one process."""
     from statistics import median
 
-    from app.core.batch_bench import batch_benchmark
+    from app.core.bench.batch import batch_benchmark
 
     layers = 10 if args.layers is None else (1 << 30 if args.layers == "all" else _csv(args.layers))
     result = batch_benchmark(
@@ -714,8 +714,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return run_bench_scan(args)
     if args.batch:
         return run_bench_batch(args)
-    from app.core.bench import benchmark
-    from app.core.pipeline import ModelSource, open_model
+    from app.core.bench.hooks import benchmark
+    from app.core.engine.pipeline import ModelSource, open_model
 
     weights = "none" if args.weights == "default" else args.weights
     loaded = open_model(ModelSource(name=args.model, weights=weights, seed=args.seed))
@@ -751,8 +751,8 @@ def _progress_bar(label: str):
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from app.core.models import default_weights_file
-    from app.core.weights import download_weights, weights_url
+    from app.core.models.catalogue import default_weights_file
+    from app.core.models.weights import download_weights, weights_url
 
     if args.min_rate < 0:
         raise HookscopeError(f"--min-rate is a speed in kB/s (0: no minimum), not {args.min_rate:g}.")
@@ -786,7 +786,7 @@ def run_download(args: argparse.Namespace) -> int:
 def _hub_bar(label: str):
     """The progress bar of a download from the Hugging Face Hub, announced by one line when bytes start to come
     (not before: the Hub may answer that the name does not exist, or be unreachable with the files cached)."""
-    from app.core import hub_models
+    from app.core.models import hub as hub_models
 
     bar = _progress_bar(label)
 
@@ -804,8 +804,8 @@ def _hub_bar(label: str):
 def run_hub_download(args: argparse.Namespace) -> int:
     """hookscope download --model hf:ORG/NAME (the model's files) or timm/NAME (timm's pretrained weights), into the
     Hugging Face cache; Ctrl-C keeps the part that came, and the next download resumes it."""
-    from app.core import hub_models
-    from app.core.models import check_model_name
+    from app.core.models import hub as hub_models
+    from app.core.models.catalogue import check_model_name
 
     check_model_name(args.model)
     if args.force or args.min_rate != 10.0:
@@ -871,9 +871,16 @@ def run_visualize(args: argparse.Namespace) -> int:
     import numpy as np
     from PIL import Image
 
-    from app.core.devices import resolve_device
-    from app.core.memory_fit import available_memory, refuse_unless_fits
-    from app.core.visualize import Objective, VisualizeSettings, find_module, load_direction, memory_need, visualize
+    from app.core.engine.devices import resolve_device
+    from app.core.engine.memory_fit import available_memory, refuse_unless_fits
+    from app.core.teaching.visualize import (
+        Objective,
+        VisualizeSettings,
+        find_module,
+        load_direction,
+        memory_need,
+        visualize,
+    )
 
     out = Path(args.out)
     if args.steps < 1:  # no step, no time per step to report
@@ -921,7 +928,7 @@ def run_visualize(args: argparse.Namespace) -> int:
 
 
 def build_lessons_parser() -> argparse.ArgumentParser:
-    from app.core.lessons import LESSONS
+    from app.core.teaching.lessons import LESSONS
 
     parser = argparse.ArgumentParser(
         prog="hookscope lessons",
@@ -942,10 +949,10 @@ def build_lessons_parser() -> argparse.ArgumentParser:
 
 def run_lessons(args: argparse.Namespace) -> int:
     """lessons: the list; with --run-all one line per lesson (its numbers, ok or failed)."""
-    from app.core.devices import resolve_device
-    from app.core.images import read_image
-    from app.core.lessons import LESSONS, lesson_inputs, model_code_for, result_line
-    from app.core.resources import resource, sample_image
+    from app.core.common.resources import resource, sample_image
+    from app.core.engine.devices import resolve_device
+    from app.core.models.images import read_image
+    from app.core.teaching.lessons import LESSONS, lesson_inputs, model_code_for, result_line
 
     if not args.run_all:
         for item in LESSONS:
@@ -984,7 +991,7 @@ def run_lessons(args: argparse.Namespace) -> int:
 
 
 def run_desktop_entry(install: bool) -> int:
-    from app.core.desktop_entry import install_desktop_entry, uninstall_desktop_entry
+    from app.system.desktop_entry import install_desktop_entry, uninstall_desktop_entry
 
     if install:
         path = install_desktop_entry()
@@ -998,7 +1005,7 @@ def run_desktop_entry(install: bool) -> int:
 def run_window(args: argparse.Namespace) -> int:
     if args.install_desktop_entry or args.uninstall_desktop_entry:
         return run_desktop_entry(args.install_desktop_entry)
-    from app.core.startup import report_startup_error
+    from app.system.startup import report_startup_error
 
     try:
         from app.ui.app import run_gui

@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from app.core.errors import HookscopeError
+from app.core.common.errors import HookscopeError
 
 
 def _positive(text: str) -> int:
@@ -103,8 +103,8 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
     if args.layers != "all" and layer not in _csv(args.layers):
         raise HookscopeError(f"--record-layer {layer} is not one of --layers; hook it too.")
     if args.record_cam:
-        from app.core.hooks import OUTPUT_GRADIENT_KINDS
-        from app.core.live import GRAD_CAM
+        from app.core.engine.hooks import OUTPUT_GRADIENT_KINDS
+        from app.core.live.runner import GRAD_CAM
 
         if "forward" not in args.hooks or not set(args.hooks) & set(OUTPUT_GRADIENT_KINDS):
             raise HookscopeError("--record-cam needs activations and gradients: --hooks forward,tensor (or "
@@ -116,10 +116,10 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
 def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
     from app.cli import load_for_cli, register_for_cli
-    from app.core.devices import resolve_device
-    from app.core.live import SeenView, live_run, seen_picture
-    from app.core.termination import SIGTERM_EXIT, sigterm_raises
-    from app.core.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
+    from app.core.engine.devices import resolve_device
+    from app.core.live.runner import SeenView, live_run, seen_picture
+    from app.core.live.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
+    from app.system.termination import SIGTERM_EXIT, sigterm_raises
 
     if args.list_cameras:
         cameras = list_cameras()
@@ -199,11 +199,11 @@ def run_live(args: argparse.Namespace) -> int:
 def run_export_video(args: argparse.Namespace) -> int:
     """export --video FILE --frames A:B: one folder per frame (OUT/frame-000012), as ``export --image`` writes."""
     from app.cli import _add_edits_to_manifest, _edits, _warn_non_finite, load_for_cli, register_for_cli
-    from app.core.devices import resolve_device
-    from app.core.export import write_run
-    from app.core.hooks import HookRegistry
-    from app.core.live import frame_input
-    from app.core.video import open_video
+    from app.core.engine.devices import resolve_device
+    from app.core.engine.hooks import HookRegistry
+    from app.core.live.runner import frame_input
+    from app.core.live.video import open_video
+    from app.core.outputs.export import write_run
 
     if args.frames is None:
         raise HookscopeError("--video needs --frames A:B, the frames to write (e.g. --frames 0:10).")
@@ -230,7 +230,7 @@ def run_export_video(args: argparse.Namespace) -> int:
             if frame is None:
                 break
             folder = out / f"frame-{frame.index:0{width}d}"
-            from app.core.capture import capture_run
+            from app.core.engine.capture import capture_run
 
             result = capture_run(loaded.module, registry, frame_input(loaded, frame), device=args.device,
                                  target=args.target, categories=loaded.categories, others=others,

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from app.core.termination import SIGTERM_EXIT, Terminated
+from app.system.termination import SIGTERM_EXIT, Terminated
 
 TTY_EVERY_S = 0.1  # redraws of the terminal line at most this often
 PLAIN_EVERY_S = 5.0  # plain lines at most this often (the first and the last always)

@@ -1,4 +1,4 @@
-"""``hookscope scan``: what excites each channel, over a folder of images (``app.core.scan``), on this machine or on
+"""``hookscope scan``: what excites each channel, over a folder of images (``app.core.scan.scanner``), on this machine or on
 a Ray cluster (``--ray``). Kept apart from ``app.cli`` (which registers it) because it is a command of its own size.
 
 Progress, with the time left, is one line redrawn on a terminal and plain lines otherwise, on stderr; Ctrl-C (exit
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from app.core.errors import HookscopeError
+from app.core.common.errors import HookscopeError
 
 DEFAULT_BATCH = 32
 
@@ -95,7 +95,7 @@ class _Interrupt:
         self.line_drawn = lambda: False  # whether a progress line is drawn on the terminal (and not ended)
 
     def __call__(self, signum: int, _frame: object) -> None:
-        from app.core.termination import Terminated
+        from app.system.termination import Terminated
 
         term = signum == getattr(signal, "SIGTERM", None)
         if self.asked:
@@ -164,8 +164,8 @@ class _Progress:
 def _default_batch(loaded, settings, images: int, device: str) -> int:
     """``DEFAULT_BATCH``, or the largest batch below it that fits in memory (at least 1: one image that does not
     fit is refused with its own line)."""
-    from app.core.memory_fit import available_memory, largest_fitting
-    from app.core.scan import memory_need
+    from app.core.engine.memory_fit import available_memory, largest_fitting
+    from app.core.scan.scanner import memory_need
 
     need, free, size = memory_need(loaded, settings, images), available_memory(device), loaded.preprocess.crop
     if free is None or need(size, DEFAULT_BATCH) <= free:
@@ -175,8 +175,8 @@ def _default_batch(loaded, settings, images: int, device: str) -> int:
 
 def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
     """--size and --batch-size that cannot fit in memory are refused before the first image is read."""
-    from app.core.memory_fit import available_memory, refuse_unless_fits
-    from app.core.scan import memory_need
+    from app.core.engine.memory_fit import available_memory, refuse_unless_fits
+    from app.core.scan.scanner import memory_need
 
     need, free, size = memory_need(loaded, settings, images), available_memory(device), loaded.preprocess.crop
     refuse_unless_fits("one image", size, lambda pixels: need(pixels, 1), 16, free, "--size")
@@ -186,12 +186,12 @@ def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
 
 def run_scan_command(args: argparse.Namespace) -> int:
     from app.cli import _select_layers, load_for_cli, model_source
-    from app.core.batch import find_images
-    from app.core.devices import resolve_device
-    from app.core.scan import CHECKPOINT_FILE, LocalScan, ScanSettings, run_scan, write_scan
-    from app.core.scan_page import write_page
-    from app.core.scan_results import write_strips
-    from app.core.termination import SIGTERM_EXIT, Terminated
+    from app.core.engine.devices import resolve_device
+    from app.core.outputs.batch import find_images
+    from app.core.scan.page import write_page
+    from app.core.scan.results import write_strips
+    from app.core.scan.scanner import CHECKPOINT_FILE, LocalScan, ScanSettings, run_scan, write_scan
+    from app.system.termination import SIGTERM_EXIT, Terminated
 
     if args.size < 0:
         raise HookscopeError(f"--size must be a number of pixels (or 0 for the model's own), not {args.size}.")
@@ -213,7 +213,7 @@ def run_scan_command(args: argparse.Namespace) -> int:
         settings = replace(settings, batch_size=_default_batch(loaded, settings, len(images), device))
     _refuse_what_cannot_fit(loaded, settings, len(images), device)
     if args.ray is not None:
-        from app.core.scan_ray import RayScan
+        from app.core.scan.on_ray import RayScan
 
         source = replace(model_source(args), preprocess=loaded.preprocess)
         backend = RayScan(source, settings, images, address=args.ray or None, actors=args.ray_actors,
@@ -288,14 +288,14 @@ def run_scan_command(args: argparse.Namespace) -> int:
 
 def _counter(show: _Progress, what: str):
     """A (done, total) callback drawn by the scan's progress line, as a phase of its own."""
-    from app.core.scan import ScanProgress
+    from app.core.scan.scanner import ScanProgress
 
     return lambda done, total: show(ScanProgress(what, done, total, 0, 0, 0.0))
 
 
 def run_bench_scan(args: argparse.Namespace) -> int:
     """bench --scan: the scan's throughput against bare batched inference over the same files, in one process."""
-    from app.core.scan_bench import report, scan_benchmark
+    from app.core.bench.scan import report, scan_benchmark
 
     layers: int | list[str] = 4 if args.layers is None else [p.strip() for p in args.layers.split(",") if p.strip()]
     result = scan_benchmark(args.images, layers, model=args.model, batch_size=args.batch_size,

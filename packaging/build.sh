@@ -96,7 +96,7 @@ unset HOOKSCOPE_WEIGHTS_DIR
 if [ ${#WEIGHTS[@]} -gt 0 ]; then
   step "pretrained weights to ship: ${WEIGHTS[*]}"
   run rm -rf build/weights
-  run "$VPY" -m app.core.bundled_weights build/weights "${WEIGHTS[@]}"
+  run "$VPY" -m app.core.models.bundled_weights build/weights "${WEIGHTS[@]}"
   export HOOKSCOPE_WEIGHTS_DIR="$ROOT/build/weights"
 fi
 

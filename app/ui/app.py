@@ -18,11 +18,11 @@ import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows other
 from PySide6.QtCore import QEventLoop, QMessageLogContext, QThreadPool, QTimer, QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication
 
-from app.core.devices import resolve_device
-from app.core.errors import HookscopeError, ModelError
-from app.core.images import read_image
-from app.core.models import DEFAULT_MODEL, catalogue
-from app.core.startup import (
+from app.core.common.errors import HookscopeError, ModelError
+from app.core.engine.devices import resolve_device
+from app.core.models.catalogue import DEFAULT_MODEL, catalogue
+from app.core.models.images import read_image
+from app.system.startup import (
     close_splash,
     cursor_library_bundled,
     display_problem,
@@ -59,7 +59,7 @@ _PLATFORM_NOTES: list[str] = []  # what Qt said about its platform plugin, for t
 def _quiet_offscreen_noise(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
     """The offscreen platform warns on every dock resize; everything else Qt says still reaches stderr. When Qt
     gives up before the window (no usable platform plugin: it aborts right after this), the reason goes to the
-    error log and a message box, in one readable sentence (app.core.startup)."""
+    error log and a message box, in one readable sentence (app.system.startup)."""
     if "does not support propagateSizeHints" in message:
         return
     if kind == QtMsgType.QtFatalMsg:

@@ -32,9 +32,9 @@ from PySide6.QtCore import QElapsedTimer, QPointF, QRectF, QTimer
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
-from app.core.allocator import keep_freed_memory
-from app.core.hooks import Record
-from app.core.pictures import PanelSettings, picture_of
+from app.core.engine.hooks import Record
+from app.core.pictures.panels import PanelSettings, picture_of
+from app.system.allocator import keep_freed_memory
 from app.ui.app import Window, _close, _no_display, application, make_window, settle, wait_for_run
 from app.ui.state.rendering import with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel

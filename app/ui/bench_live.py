@@ -33,10 +33,10 @@ import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
 
-from app.core.allocator import keep_freed_memory
-from app.core.bench import bare_run
-from app.core.live import frame_input, resident_mb
-from app.core.video import open_video
+from app.core.engine.floor import bare_run
+from app.core.live.runner import frame_input, resident_mb
+from app.core.live.video import open_video
+from app.system.allocator import keep_freed_memory
 from app.ui.app import _close, wait_for_run
 from app.ui.bench_gui import WINDOW_SIZE, StallMeter, measured_window
 from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, TICK_KINDS

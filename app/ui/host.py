@@ -15,7 +15,7 @@ from typing import Protocol
 
 from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
 
-from app.core.pictures import PanelPicture
+from app.core.pictures.panels import PanelPicture
 from app.ui.actions.specs import ActionSpec
 
 ModuleMenuEntries = Callable[[QMenu, str], None]  # adds entries for the module at a path

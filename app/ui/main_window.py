@@ -40,12 +40,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.compare import prediction_changes
-from app.core.devices import available_devices, unavailable_devices
-from app.core.models import DEFAULT_MODEL, catalogue
-from app.core.objectives import parse_target
-from app.core.pictures import KIND_LABELS, PanelPicture
-from app.core.resources import sample_image
+from app.core.common.resources import sample_image
+from app.core.engine.devices import available_devices, unavailable_devices
+from app.core.engine.objectives import parse_target
+from app.core.models.catalogue import DEFAULT_MODEL, catalogue
+from app.core.pictures.compare import prediction_changes
+from app.core.pictures.panels import KIND_LABELS, PanelPicture
 from app.ui.actions.builtin import builtin_actions
 from app.ui.actions.specs import ActionSpec, MenuBuilder
 from app.ui.features import FEATURES

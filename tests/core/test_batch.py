@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.batch import DONE_FILE, BatchProgress, find_images, folder_names, run_batch
-from app.core.hooks import HookRegistry
-from app.core.images import Preprocess
-from app.core.models import load_model
+from app.core.engine.hooks import HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.models.images import Preprocess
+from app.core.outputs.batch import DONE_FILE, BatchProgress, find_images, folder_names, run_batch
 
 LAYERS = ("conv1", "layer1.0.relu", "layer4", "fc")
 
@@ -264,7 +264,7 @@ def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
 
 
 def test_results_are_written_inline_when_the_writer_is_behind(small_resnet, registry, folder, tmp_path, monkeypatch):
-    import app.core.batch as batch
+    import app.core.outputs.batch as batch
 
     monkeypatch.setattr(batch, "writes_behind", lambda device: True)  # as when the model leaves a core free
     monkeypatch.setattr(batch, "WRITE_BEHIND", 0)  # the writer thread never takes a job
@@ -275,7 +275,7 @@ def test_results_are_written_inline_when_the_writer_is_behind(small_resnet, regi
 
 
 def test_an_unwritable_output_folder_is_one_line(small_resnet, registry, folder, tmp_path):
-    from app.core.errors import HookscopeError
+    from app.core.common.errors import HookscopeError
 
     (tmp_path / "taken").write_text("a file, not a folder")
     with pytest.raises(HookscopeError, match=r"^Cannot create the output folder '.*taken': File exists\.$"):
@@ -286,7 +286,7 @@ def test_an_unwritable_output_folder_is_one_line(small_resnet, registry, folder,
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one torch thread: no OpenMP team to start")
 def test_reader_and_writer_start_no_second_openmp_team(small_resnet, registry, folder, tmp_path, monkeypatch):
     """A torch op in the reading or writing thread would start an OpenMP thread team there, which makes the model's
-    own team sleep between operations (app/core/batch.py): the batch adds its two threads and nothing else."""
+    own team sleep between operations (app/core/outputs/batch.py): the batch adds its two threads and nothing else."""
 
     def threads():
         return len(os.listdir("/proc/self/task"))
@@ -306,7 +306,7 @@ def test_reader_and_writer_start_no_second_openmp_team(small_resnet, registry, f
 
 
 def test_writes_behind_only_when_the_model_leaves_a_core_free():
-    from app.core.batch import writes_behind
+    from app.core.outputs.batch import writes_behind
 
     threads = torch.get_num_threads()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -327,7 +327,7 @@ def listing(folder):
 
 @pytest.mark.parametrize("behind", [True, False], ids=["written behind", "written after each run"])
 def test_both_ways_of_writing_give_the_same_files(small_resnet, registry, folder, tmp_path, monkeypatch, behind):
-    import app.core.batch as batch
+    import app.core.outputs.batch as batch
 
     images = [folder / "a.png", folder / "b.JPG", folder / "c.jpg"]
     monkeypatch.setattr(batch, "writes_behind", lambda device: not behind)
@@ -356,8 +356,8 @@ def test_a_write_that_fails_is_one_line_and_leaves_no_manifest(
     """A full disk, as the file size limit makes it: the first image's activations cannot be written."""
     import resource
 
-    import app.core.batch as batch
-    from app.core.errors import HookscopeError
+    import app.core.outputs.batch as batch
+    from app.core.common.errors import HookscopeError
 
     monkeypatch.setattr(batch, "writes_behind", lambda device: behind)
     out = tmp_path / "out"
@@ -385,8 +385,8 @@ def test_an_image_whose_files_do_not_reach_the_disk_claims_nothing(
     disk that fails after accepting the writes) is the image's one line, and it is not claimed."""
     import errno
 
-    import app.core.batch as batch
-    from app.core.errors import HookscopeError
+    import app.core.outputs.batch as batch
+    from app.core.common.errors import HookscopeError
 
     def failing(fd):
         raise OSError(errno.EIO, os.strerror(errno.EIO))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.bundled_weights import collect, install_bundled_weights, sha256_prefix_ok
-from app.core.errors import ModelError
+from app.core.common.errors import ModelError
+from app.core.models.bundled_weights import collect, install_bundled_weights, sha256_prefix_ok
 
 
 def fake_weights(folder: Path, stem: str = "resnet18", content: bytes = b"not really a network " * 1000) -> Path:
@@ -78,8 +78,8 @@ def test_the_app_finds_installed_weights_where_it_looks_for_them(tmp_path: Path)
     shipped = fake_weights(tmp_path / "bundle" / "weights")
     code = (
         "import sys; from pathlib import Path; import torch\n"
-        "from app.core.bundled_weights import install_bundled_weights\n"
-        "from app.core.models import default_weights_file\n"
+        "from app.core.models.bundled_weights import install_bundled_weights\n"
+        "from app.core.models.catalogue import default_weights_file\n"
         f"installed = install_bundled_weights(Path({str(shipped.parent)!r}))\n"
         "print(installed[0].parent == default_weights_file('resnet18').parent, installed[0].is_file())\n"
     )
@@ -91,13 +91,13 @@ def test_the_app_finds_installed_weights_where_it_looks_for_them(tmp_path: Path)
 
 def test_the_build_command_exits_1_on_a_damaged_file_and_0_when_not_cached(tmp_path: Path) -> None:
     env = {**os.environ, "TORCH_HOME": str(tmp_path / "torch")}
-    done = subprocess.run([sys.executable, "-m", "app.core.bundled_weights", str(tmp_path / "ship"), "resnet18"],
+    done = subprocess.run([sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "no pretrained weights" in done.stderr
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "resnet18-f37072fd.pth").write_bytes(b"not the real file")
-    done = subprocess.run([sys.executable, "-m", "app.core.bundled_weights", str(tmp_path / "ship"), "resnet18"],
+    done = subprocess.run([sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "does not match the SHA-256 in its name" in done.stderr

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.cam import grad_cam, has_spatial_output, overlay, run_grad_cam
-from app.core.capture import capture_run
-from app.core.errors import HookscopeError
-from app.core.hooks import HookRegistry
-from app.core.resources import colormap_lut
+from app.core.common.errors import HookscopeError
+from app.core.common.resources import colormap_lut
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.pictures.cam import grad_cam, has_spatial_output, overlay, run_grad_cam
 
 
 def bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:

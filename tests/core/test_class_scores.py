@@ -22,12 +22,12 @@ from cli_output import message_lines
 from torch import nn
 
 from app.cli import main
-from app.core.cam import run_grad_cam
-from app.core.capture import capture_run, class_ranking, class_scores, top_predictions
-from app.core.errors import RunError
-from app.core.hooks import HookRegistry
-from app.core.model_files import open_model_file
-from app.core.models import load_model
+from app.core.common.errors import RunError
+from app.core.engine.capture import capture_run, class_ranking, class_scores, top_predictions
+from app.core.engine.hooks import HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.models.files import open_model_file
+from app.core.pictures.cam import run_grad_cam
 
 MODEL_PY = textwrap.dedent(
     """

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.images import read_image
-from app.core.models import load_model
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"

@@ -24,7 +24,7 @@ from PIL import Image
 from app.cli import DEFAULT_WEIGHTS, SUBCOMMANDS, build_lessons_parser, build_parsers, build_visualize_parser, main
 from app.cli_progress import ProgressLine, end_progress_lines, format_duration
 from app.cli_scan import build_scan_parser
-from app.core.lessons import LESSONS
+from app.core.teaching.lessons import LESSONS
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")

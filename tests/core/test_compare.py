@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.capture import capture_run
-from app.core.compare import (
+from app.core.common.errors import HookscopeError
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.pictures.compare import (
     channel_differences,
     compare_predictions,
     difference,
@@ -13,8 +15,6 @@ from app.core.compare import (
     prediction_changes,
     rank_channels_by_difference,
 )
-from app.core.errors import HookscopeError
-from app.core.hooks import HookRegistry
 
 
 def test_difference_and_ranking_on_known_arrays():

@@ -13,10 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.cam import run_grad_cam
-from app.core.hooks import KINDS, HookRegistry
-from app.core.interventions import parse_edit
-from app.core.pipeline import run_image
+from app.core.engine.hooks import KINDS, HookRegistry
+from app.core.engine.interventions import parse_edit
+from app.core.engine.pipeline import run_image
+from app.core.pictures.cam import run_grad_cam
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core import desktop_entry
-from app.core.desktop_entry import (
+from app.core.common.errors import HookscopeError
+from app.core.common.resources import resource
+from app.system import desktop_entry
+from app.system.desktop_entry import (
     ENTRY_NAME,
     install_desktop_entry,
     quote_exec,
@@ -19,8 +21,6 @@ from app.core.desktop_entry import (
     uninstall_desktop_entry,
     unquote_exec,
 )
-from app.core.errors import HookscopeError
-from app.core.resources import resource
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="desktop entries are Linux's")
 

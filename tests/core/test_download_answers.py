@@ -15,7 +15,7 @@ import pytest
 from loopback import files_in, serving
 
 from app.cli import main
-from app.core.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from app.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
 
 MODEL = "squeezenet1_1"
 

@@ -22,9 +22,9 @@ import torchvision
 from loopback import files_in, serving
 
 from app.cli import main
-from app.core import weights as core_weights
-from app.core.termination import SIGTERM_EXIT
-from app.core.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from app.core.models import weights as core_weights
+from app.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from app.system.termination import SIGTERM_EXIT
 
 MODEL = "squeezenet1_1"
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,11 +9,11 @@ import torch
 import torchvision
 from torch import nn
 
-from app.core.blame import ModelRaised
-from app.core.capture import RunCancelled, capture_run
-from app.core.errors import HookscopeError, RunError
-from app.core.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
-from app.core.tree import module_tree
+from app.core.common.errors import HookscopeError, RunError
+from app.core.engine.blame import ModelRaised
+from app.core.engine.capture import RunCancelled, capture_run
+from app.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
+from app.core.engine.tree import module_tree
 
 
 def records_by_key(result, kind):

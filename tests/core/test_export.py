@@ -1,4 +1,4 @@
-"""Writing a run to a folder (app/core/export.py): the archives np.savez would write, every hook kind, one manifest."""
+"""Writing a run to a folder (app/core/outputs/export.py): the archives np.savez would write, every hook kind, one manifest."""
 
 import json
 import zipfile
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.export import ARCHIVES, save_npz, write_run
-from app.core.hooks import KINDS, HookRegistry
-from app.core.images import Preprocess
-from app.core.models import load_model
-from app.core.pipeline import run_image
-from app.core.tree import module_tree
+from app.core.engine.hooks import KINDS, HookRegistry
+from app.core.engine.pipeline import run_image
+from app.core.engine.tree import module_tree
+from app.core.models.catalogue import load_model
+from app.core.models.images import Preprocess
+from app.core.outputs.export import ARCHIVES, save_npz, write_run
 
 
 def sample_arrays():

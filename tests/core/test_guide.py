@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.guide import find_guide
-from app.core.resources import resource_dir
+from app.core.common.resources import resource_dir
+from app.core.teaching.guide import find_guide
 
 
 def _checkout(tmp_path: Path) -> Path:

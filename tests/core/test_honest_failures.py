@@ -25,11 +25,11 @@ import torchvision
 from cli_output import message_lines
 
 from app.cli import main
-from app.core.blame import ModelRaised
-from app.core.capture import capture_run
-from app.core.hooks import HookRegistry, Recorder
-from app.core.numeric import NumericReport, non_finite_weights
-from app.core.pipeline import ModelSource, open_model, run_image
+from app.core.engine.blame import ModelRaised
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry, Recorder
+from app.core.engine.numeric import NumericReport, non_finite_weights
+from app.core.engine.pipeline import ModelSource, open_model, run_image
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
@@ -307,7 +307,7 @@ def test_the_report_reads_back_from_the_manifest() -> None:
 
 def test_a_huge_but_finite_tensor_is_not_reported() -> None:
     """The sum of huge finite values overflows; the exact count then finds nothing."""
-    from app.core.numeric import count_non_finite
+    from app.core.engine.numeric import count_non_finite
 
     assert count_non_finite("x", torch.full((10,), 3e38)) is None
     assert count_non_finite("x", torch.tensor([1.0, float("nan")])).nan == 1

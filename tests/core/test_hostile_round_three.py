@@ -25,8 +25,8 @@ from cli_output import message_lines
 from PIL import Image
 
 from app.cli import load_for_cli, main
-from app.core.batch import find_images
-from app.core.scan import CHECKPOINT_FILE, ScanSettings, scan_images
+from app.core.outputs.batch import find_images
+from app.core.scan.scanner import CHECKPOINT_FILE, ScanSettings, scan_images
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
@@ -210,7 +210,7 @@ def test_visualize_refuses_what_cannot_fit_before_allocating_it(tmp_path, option
 @pytest.mark.parametrize("extra, option", [(("--size", "100000"), "--size"),
                                            (("--size", "4000", "--batch-size", "64"), "--batch-size")])  # fmt: skip
 def test_scan_refuses_what_cannot_fit_before_reading_an_image(images, tmp_path, extra, option) -> None:
-    from app.core.memory_fit import available_memory
+    from app.core.engine.memory_fit import available_memory
 
     out = tmp_path / "out"
     many = tmp_path / "many"  # 64 images, so that a batch of 64 is a batch of 64
@@ -228,8 +228,8 @@ def test_scan_refuses_what_cannot_fit_before_reading_an_image(images, tmp_path, 
 
 
 def test_what_would_fit_is_the_largest_value_that_does() -> None:
-    from app.core.errors import HookscopeError
-    from app.core.memory_fit import largest_fitting, refuse_unless_fits
+    from app.core.common.errors import HookscopeError
+    from app.core.engine.memory_fit import largest_fitting, refuse_unless_fits
 
     def need(n: int) -> float:
         return 1000.0 * n * n
@@ -400,9 +400,9 @@ def test_the_snippets_of_hostile_names_parse() -> None:
 
     from torch import nn
 
-    from app.core.hooks import HookRegistry
-    from app.core.interventions import parse_edit
-    from app.core.snippets import edit_snippet, hook_snippet, module_expression
+    from app.core.engine.hooks import HookRegistry
+    from app.core.engine.interventions import parse_edit
+    from app.core.teaching.snippets import edit_snippet, hook_snippet, module_expression
 
     for name in ('a"b', "c'd\nimport os", 'e"""f\\', "x\x00y"):
         ast.parse(module_expression(name))
@@ -502,8 +502,8 @@ def damaged(document: dict, damage: str) -> dict:
 @pytest.mark.parametrize("damage", ["channels 1e999", "channels 10**12", "image 10**18", "image -3",
                                     "position outside", "box inverted", "stats short", "images not names"])  # fmt: skip
 def test_a_scan_json_with_numbers_or_indexes_out_of_range_is_one_error(scan_json, tmp_path, damage) -> None:
-    from app.core.errors import HookscopeError
-    from app.core.scan_results import read_scan
+    from app.core.common.errors import HookscopeError
+    from app.core.scan.results import read_scan
 
     file = tmp_path / "scan.json"
     file.write_text(json.dumps(damaged(scan_json, damage)).replace("Infinity", "1e999"))
@@ -533,14 +533,14 @@ def test_a_scan_path_that_is_not_a_regular_file_is_not_read(tmp_path, kind) -> N
     if kind == "fifo":
         path = str(tmp_path / "scan.json")
         os.mkfifo(path)  # no writer: opening it to read would wait for ever
-    done = bounded_python("from app.core.errors import HookscopeError\nfrom app.core.scan_results import read_scan\n"
+    done = bounded_python("from app.core.common.errors import HookscopeError\nfrom app.core.scan.results import read_scan\n"
                           f"try:\n    read_scan({path!r})\nexcept HookscopeError as error:\n    print(error)")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == f"Cannot read the scan '{path}': it is not a file.\n"
 
 
 def test_a_box_larger_than_the_image_is_clamped_to_it(scan_json, images, tmp_path) -> None:
-    from app.core.scan_results import PatchReader, ScanResult
+    from app.core.scan.results import PatchReader, ScanResult
 
     data = json.loads(json.dumps(scan_json))
     data["modules"]["layer1"]["top"][0][0]["box"] = [0, 0, 20000, 20000]
@@ -560,8 +560,8 @@ def test_the_lessons_model_code_for_a_hostile_file_name_parses_and_builds_it(hos
 
     import torch
 
-    from app.core.lessons import model_code_for
-    from app.core.pipeline import ModelSource, open_model
+    from app.core.engine.pipeline import ModelSource, open_model
+    from app.core.teaching.lessons import model_code_for
 
     _script, model, marker = hostile_script  # the model file is named my "model".py
     code = model_code_for(open_model(ModelSource(name="resnet18", file=f"{model}:build", trust=True)))
@@ -575,7 +575,7 @@ def test_measuring_what_fits_leaves_the_model_as_it_was() -> None:
     import torch
     import torchvision
 
-    from app.core.memory_fit import activation_bytes
+    from app.core.engine.memory_fit import activation_bytes
 
     model = torchvision.models.resnet18(weights=None).train()
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -15,9 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core import hub_models
-from app.core.errors import ModelError
-from app.core.weights import DownloadCancelled
+from app.core.common.errors import ModelError
+from app.core.models import hub as hub_models
+from app.core.models.weights import DownloadCancelled
 from tests.hub_server import (
     HubServer,
     commit_of,
@@ -89,8 +89,8 @@ def test_export_loads_a_hub_classifier_by_name(hub, tmp_path):
 
 
 def test_a_session_reopens_a_hub_model_by_name(hub):
-    from app.core.pipeline import ModelSource, open_model
-    from app.core.session import model_entry
+    from app.core.engine.pipeline import ModelSource, open_model
+    from app.core.outputs.session import model_entry
 
     loaded = hub_models.load_hub_model("hf:tiny/vit")
     entry = model_entry(loaded)
@@ -215,7 +215,7 @@ def test_timm_pretrained_weights_come_from_the_hub(hub, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["model"]["pretrained"] is True
     from safetensors.torch import load_file
 
-    from app.core.models import load_model
+    from app.core.models.catalogue import load_model
 
     loaded = load_model("timm/test_resnet", "default")  # from the cache now, as timm reads it
     served = load_file(str(hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors"))
@@ -252,7 +252,7 @@ def test_clip_image_tower_and_text_embedder(hub):
 
 
 def test_a_file_that_does_not_match_the_hubs_checksum_is_discarded(hub, tmp_path):
-    from app.core.weights import WeightsDownloadError
+    from app.core.models.weights import WeightsDownloadError
 
     # A blob whose partial already holds wrong bytes of the right length: the check catches it.
     repo = "timm/test_resnet.r160_in1k"
@@ -273,9 +273,9 @@ def test_names(hub):
 
 
 def test_a_squashed_preprocess_resizes_the_whole_picture_and_maps_boxes_back():
-    from app.core.images import Preprocess
-    from app.core.model_inputs import describe_requirements
-    from app.core.scan import original_box
+    from app.core.models.images import Preprocess
+    from app.core.models.inputs import describe_requirements
+    from app.core.scan.scanner import original_box
 
     squash = Preprocess(resize=None, crop=40, mean=(0.5,) * 3, std=(0.5,) * 3, squash=True)
     picture = Image.new("RGB", (80, 40), (10, 200, 30))
@@ -318,7 +318,7 @@ def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
 
 
 def test_load_model_downloading_fetches_hub_and_timm_models(hub):
-    from app.core.weights import is_cached, load_model_downloading
+    from app.core.models.weights import is_cached, load_model_downloading
 
     assert not is_cached("hf:tiny/vit") and not is_cached("timm/test_resnet")
     seen = []

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from app.cli import main
-from app.core.capture import capture_run
-from app.core.compare import prediction_changes
-from app.core.errors import HookscopeError, RunError
-from app.core.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
-from app.core.interventions import EDIT_KINDS, Intervention, parse_edit
+from app.core.common.errors import HookscopeError, RunError
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
+from app.core.engine.interventions import EDIT_KINDS, Intervention, parse_edit
+from app.core.pictures.compare import prediction_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"
@@ -416,10 +416,10 @@ def test_other_images_are_read_once_for_the_enabled_mix_edits(resnet18_loaded, t
 
     from PIL import Image
 
-    from app.core.errors import ImageError
-    from app.core.images import read_image
-    from app.core.interventions import other_images
-    from app.core.resources import sample_image
+    from app.core.common.errors import ImageError
+    from app.core.common.resources import sample_image
+    from app.core.engine.interventions import other_images
+    from app.core.models.images import read_image
 
     preprocess = resnet18_loaded.preprocess
     path = str(sample_image())

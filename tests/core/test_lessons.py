@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from app.cli import main
-from app.core import lessons as lessons_module
-from app.core.hooks import TENSOR
-from app.core.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
-from app.core.tree import survey
+from app.core.engine.hooks import TENSOR
+from app.core.engine.tree import survey
+from app.core.teaching import lessons as lessons_module
+from app.core.teaching.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -415,8 +415,8 @@ def test_run_all_exits_1_when_a_lesson_fails(monkeypatch, capsys):
 
 
 def test_the_code_of_a_lesson_on_a_model_file_builds_that_model(tmp_path):
-    from app.core.lessons import model_code_for
-    from app.core.pipeline import ModelSource, open_model
+    from app.core.engine.pipeline import ModelSource, open_model
+    from app.core.teaching.lessons import model_code_for
 
     path = tmp_path / "model.py"
     path.write_text(MODEL_PY)

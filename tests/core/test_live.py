@@ -1,4 +1,4 @@
-"""A video through the hooked model (app.core.live, ``hookscope live``, ``hookscope export --video``): real
+"""A video through the hooked model (app.core.live.runner, ``hookscope live``, ``hookscope export --video``): real
 torchvision ResNet-18 (random weights), real video files written by the test, real processes for the command line."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 from PIL import Image
 from video_files import frame_number, truncate, write_video
 
-from app.core.live import GRAD_CAM, BackgroundRecorder, SeenView, frame_input, live_run
-from app.core.models import load_model
-from app.core.video import open_video
+from app.core.live.runner import GRAD_CAM, BackgroundRecorder, SeenView, frame_input, live_run
+from app.core.live.video import open_video
+from app.core.models.catalogue import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ["layer1", "layer3"]

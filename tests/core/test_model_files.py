@@ -15,9 +15,9 @@ import torchvision
 from torch import nn
 
 from app.cli import main
-from app.core.errors import ModelError
-from app.core.images import read_image
-from app.core.model_files import (
+from app.core.common.errors import ModelError
+from app.core.models.catalogue import catalogue, load_model
+from app.core.models.files import (
     ArchitectureRequired,
     TrustRequired,
     file_kind,
@@ -26,8 +26,9 @@ from app.core.model_files import (
     split_factory,
     unwrap_module,
 )
-from app.core.model_inputs import custom_preprocess, describe_requirements, guess_preprocess
-from app.core.models import catalogue, load_model, load_state_dict_file
+from app.core.models.images import read_image
+from app.core.models.inputs import custom_preprocess, describe_requirements, guess_preprocess
+from app.core.models.state_dicts import load_state_dict_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"
@@ -206,7 +207,7 @@ def test_safetensors_file(tmp_path, resnet_state, monkeypatch):
     renamed = tmp_path / "weights.bin"  # recognised by its header, not its name
     renamed.write_bytes(path.read_bytes())
     assert torch.equal(open_model_file(renamed, arch="resnet18").module.fc.bias, resnet_state["fc.bias"])
-    monkeypatch.setattr("app.core.models.safetensors_available", lambda: False)
+    monkeypatch.setattr("app.core.models.state_dicts.safetensors_available", lambda: False)
     with pytest.raises(ModelError, match="needs the safetensors package"):
         open_model_file(path, arch="resnet18")
 
@@ -435,7 +436,7 @@ def test_guess_preprocess():
 
 
 def test_timm_absent_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr("app.core.models.timm_available", lambda: False)
+    monkeypatch.setattr("app.core.models.catalogue.timm_available", lambda: False)
     assert catalogue(include_timm=True) == catalogue()
     with pytest.raises(ModelError, match=r"timm is not installed: pip install 'hookscope\[timm\]'"):
         load_model("timm/resnet18")

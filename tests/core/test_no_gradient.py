@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from app.cli import main
-from app.core.capture import capture_run
-from app.core.hooks import HookRegistry
-from app.core.model_files import open_model_file
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.models.files import open_model_file
 
 MODEL_PY = textwrap.dedent(
     """

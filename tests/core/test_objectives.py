@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 from cli_output import message_lines
 
-from app.core.cam import run_grad_cam
-from app.core.capture import capture_run
-from app.core.errors import RunError
-from app.core.hooks import HookRegistry
-from app.core.images import read_image
-from app.core.models import load_model
-from app.core.objectives import Objective, parse_target, with_reference
-from app.core.resources import sample_image
+from app.core.common.errors import RunError
+from app.core.common.resources import sample_image
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.engine.objectives import Objective, parse_target, with_reference
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
+from app.core.pictures.cam import run_grad_cam
 
 SEG = "lraspp_mobilenet_v3_large"
 DET = "fasterrcnn_mobilenet_v3_large_320_fpn"

@@ -12,14 +12,12 @@ import torch
 import torchvision
 from PIL import Image
 
-from app.core.cam import run_grad_cam
-from app.core.capture import class_label
-from app.core.devices import available_devices, unavailable_devices
-from app.core.errors import HookscopeError, ImageError, ModelError, RunError
-from app.core.hooks import HookRegistry
-from app.core.interventions import parse_edit
-from app.core.models import default_weights_file
-from app.core.pipeline import (
+from app.core.common.errors import HookscopeError, ImageError, ModelError, RunError
+from app.core.engine.capture import class_label
+from app.core.engine.devices import available_devices, unavailable_devices
+from app.core.engine.hooks import HookRegistry
+from app.core.engine.interventions import parse_edit
+from app.core.engine.pipeline import (
     ArchitectureRequired,
     ModelSource,
     TrustRequired,
@@ -27,7 +25,9 @@ from app.core.pipeline import (
     other_images,
     run_image,
 )
-from app.core.session import load_session, model_entry, save_session, session_from
+from app.core.models.catalogue import default_weights_file
+from app.core.outputs.session import load_session, model_entry, save_session, session_from
+from app.core.pictures.cam import run_grad_cam
 
 IMAGENET = torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"]
 

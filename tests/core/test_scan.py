@@ -1,4 +1,4 @@
-"""The dataset scan (app.core.scan): checked against plain PyTorch, the analytic receptive field of a conv stack and
+"""The dataset scan (app.core.scan.scanner): checked against plain PyTorch, the analytic receptive field of a conv stack and
 an independent gradient per unit; resume, skipping, the JSON schema and the command line."""
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import torch
 from PIL import Image
 from torch import nn
 
-from app.core.batch import find_images
-from app.core.errors import HookscopeError
-from app.core.images import Preprocess, read_image
-from app.core.models import LoadedModel
-from app.core.scan import (
+from app.core.common.errors import HookscopeError
+from app.core.models.catalogue import LoadedModel
+from app.core.models.images import Preprocess, read_image
+from app.core.outputs.batch import find_images
+from app.core.scan.results import ScanSettings
+from app.core.scan.scanner import (
     CHECKPOINT_FILE,
     NO_IMAGE,
     TopK,
@@ -35,7 +36,6 @@ from app.core.scan import (
     scan_images,
     write_scan,
 )
-from app.core.scan_results import ScanSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Preprocess(resize=73, crop=64, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -473,7 +473,7 @@ def test_bench_scan_prints_both_throughputs_the_ratio_and_the_box_cost(capsys):
 def test_cli_ray_without_ray_installed_is_one_line(folder, tmp_path, capsys, monkeypatch):
     from app.cli import main
 
-    monkeypatch.setattr("app.core.scan_ray.ray_available", lambda: False)
+    monkeypatch.setattr("app.core.scan.on_ray.ray_available", lambda: False)
     code = main(["scan", "--model", "resnet18", "--weights", "none", "--images", str(folder), "--layers", "layer1",
                  "--out", str(tmp_path), "--ray"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.batch import find_images
-from app.core.images import Preprocess
-from app.core.scan import CHECKPOINT_FILE, scan_images, write_scan
-from app.core.scan_page import write_page
-from app.core.scan_results import LABEL_HEIGHT, PatchReader, ScanSettings, write_strips
+from app.core.models.images import Preprocess
+from app.core.outputs.batch import find_images
+from app.core.scan.page import write_page
+from app.core.scan.results import LABEL_HEIGHT, PatchReader, ScanSettings, write_strips
+from app.core.scan.scanner import CHECKPOINT_FILE, scan_images, write_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Preprocess(resize=73, crop=64, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -142,7 +142,7 @@ def test_cli_html_and_png_with_plain_progress_lines(tmp_path):
 
 def test_progress_on_a_terminal_is_one_line_with_the_time_left():
     from app.cli_scan import _Progress
-    from app.core.scan import ScanProgress
+    from app.core.scan.scanner import ScanProgress
 
     class Terminal:
         def __init__(self) -> None:

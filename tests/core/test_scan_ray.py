@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.batch import find_images
-from app.core.images import Preprocess
-from app.core.pipeline import ModelSource, open_model
-from app.core.scan import run_scan, scan_images
-from app.core.scan_ray import RayScan, ray_available
-from app.core.scan_results import ScanSettings
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.models.images import Preprocess
+from app.core.outputs.batch import find_images
+from app.core.scan.on_ray import RayScan, ray_available
+from app.core.scan.results import ScanSettings
+from app.core.scan.scanner import run_scan, scan_images
 
 pytestmark = [
     pytest.mark.ray,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.scan_ray import ray_available
+from app.core.scan.on_ray import ray_available
 
 pytestmark = [
     pytest.mark.ray,

@@ -177,8 +177,8 @@ def test_a_session_with_its_own_preprocessing(tmp_path, capsys):
     """A session's own preprocessing (resize, crop, mean and std the user set in the window) reaches the script."""
     from dataclasses import replace
 
-    from app.core.models import load_model
-    from app.core.session import save_session, session_from
+    from app.core.models.catalogue import load_model
+    from app.core.outputs.session import save_session, session_from
 
     loaded = load_model("resnet18", "none", seed=4)
     loaded.preprocess = replace(loaded.preprocess, resize=150, crop=128, mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3),
@@ -203,13 +203,13 @@ def test_the_grad_columns_in_a_script_tensor_hooks_and_grad_input(tmp_path):
     """The window's Grad column (a tensor hook on the output) and Grad in column (grad_input: a full backward hook, or
     tensor hooks on the inputs where it cannot work), with the gradient edits on the same modules, redone by the
     script exactly: the same records under the export's keys."""
-    from app.core.capture import capture_run
-    from app.core.export import ARCHIVES as EXPORT_ARCHIVES
-    from app.core.hooks import FALLBACK, FULL_BACKWARD, HookRegistry
-    from app.core.images import read_image
-    from app.core.interventions import parse_edit
-    from app.core.models import load_model
-    from app.core.script_export import standalone_script
+    from app.core.engine.capture import capture_run
+    from app.core.engine.hooks import FALLBACK, FULL_BACKWARD, HookRegistry
+    from app.core.engine.interventions import parse_edit
+    from app.core.models.catalogue import load_model
+    from app.core.models.images import read_image
+    from app.core.outputs.export import ARCHIVES as EXPORT_ARCHIVES
+    from app.core.teaching.script_export import standalone_script
 
     loaded = load_model("resnet18", "none", seed=3)
     image = _picture(tmp_path / "photo.png", 1, (160, 120))
@@ -266,9 +266,9 @@ def test_the_script_computes_the_same_objective_for_other_targets(tmp_path, mode
 def test_a_box_target_in_a_script_is_the_detections_score(tmp_path):
     """A detector (random weights keep few boxes above its 0.05 threshold, so its script is checked to be written
     and to compile; the box objective itself is checked against autograd in test_objectives.py)."""
-    from app.core.hooks import HookRegistry
-    from app.core.models import load_model
-    from app.core.script_export import standalone_script
+    from app.core.engine.hooks import HookRegistry
+    from app.core.models.catalogue import load_model
+    from app.core.teaching.script_export import standalone_script
 
     loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn", "none")
     registry = HookRegistry(loaded.module)

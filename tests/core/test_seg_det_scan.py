@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.batch import find_images
-from app.core.images import read_image
-from app.core.models import load_model
-from app.core.scan import scan_images
-from app.core.scan_results import ScanSettings
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
+from app.core.outputs.batch import find_images
+from app.core.scan.results import ScanSettings
+from app.core.scan.scanner import scan_images
 
 
 @pytest.fixture(scope="module")

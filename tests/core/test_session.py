@@ -9,13 +9,13 @@ import torch
 from cli_output import message_lines
 from PIL import Image
 
-from app.core.capture import capture_run
-from app.core.errors import HookscopeError, ModelError
-from app.core.hooks import HookRegistry
-from app.core.images import read_image
-from app.core.models import load_model
-from app.core.resources import sample_image
-from app.core.session import (
+from app.core.common.errors import HookscopeError, ModelError
+from app.core.common.resources import sample_image
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
+from app.core.outputs.session import (
     Session,
     file_sha256,
     load_session,
@@ -197,7 +197,7 @@ def test_unknown_values_fall_back_with_a_line_each(tmp_path):
 
 
 def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_path, images):
-    from app.core.model_files import open_model_file
+    from app.core.models.files import open_model_file
 
     weights = tmp_path / "project" / "finetuned.pth"
     torch.save(load_model("resnet18", "none", seed=11).module.state_dict(), weights)
@@ -227,8 +227,8 @@ def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_pa
 
 
 def test_edits_are_saved_with_their_state_and_restored(tmp_path, images):
-    from app.core.interventions import parse_edit
-    from app.core.session import apply_session_edits, edit_specs
+    from app.core.engine.interventions import parse_edit
+    from app.core.outputs.session import apply_session_edits, edit_specs
 
     loaded = load_model("resnet18")
     with HookRegistry(loaded.module) as registry:
@@ -290,8 +290,8 @@ def test_cli_refuses_a_session_whose_weights_file_is_missing_in_one_line(tmp_pat
 
 
 def test_a_mix_edit_restores_with_its_other_image_ready_to_blend(tmp_path, images):
-    from app.core.capture import capture_run
-    from app.core.session import apply_session_edits, edit_specs
+    from app.core.engine.capture import capture_run
+    from app.core.outputs.session import apply_session_edits, edit_specs
 
     loaded = load_model("resnet18")
     spec = f"mix:layer1:0.5:{images[1]}"
@@ -311,8 +311,8 @@ def test_a_mix_edit_restores_with_its_other_image_ready_to_blend(tmp_path, image
 
 
 def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
-    from app.core.pictures import PanelSettings
-    from app.core.session import panels_ui, session_panel_settings
+    from app.core.outputs.session import panels_ui, session_panel_settings
+    from app.core.pictures.panels import PanelSettings
 
     default = PanelSettings("magma", "shared", "mean", "B")
     panels = {
@@ -332,8 +332,8 @@ def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
 
 
 def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
-    from app.core.pictures import PanelSettings
-    from app.core.session import session_panel_settings
+    from app.core.outputs.session import session_panel_settings
+    from app.core.pictures.panels import PanelSettings
 
     older = Session(colormap="gray", ui={"sort": "max", "panels": [["fc", "forward", "magma", "shared", "mean"]]})
     default, panels, problems = session_panel_settings(older)  # saved before the view was kept: view A
@@ -349,7 +349,7 @@ def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
 
 def test_a_session_knows_every_hook_kind_the_engine_has():
     """session.py keeps its own list (it imports no torch); it must stay the engine's."""
-    from app.core.hooks import KINDS
-    from app.core.session import KNOWN_KINDS
+    from app.core.engine.hooks import KINDS
+    from app.core.outputs.session import KNOWN_KINDS
 
     assert KNOWN_KINDS == KINDS

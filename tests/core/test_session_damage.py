@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from app.core.errors import HookscopeError
-from app.core.hooks import HookRegistry
-from app.core.models import load_model
-from app.core.resources import sample_image
-from app.core.session import (
+from app.core.common.errors import HookscopeError
+from app.core.common.resources import sample_image
+from app.core.engine.hooks import HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.outputs.session import (
     Session,
     apply_session_edits,
     load_session,

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from app.core.capture import capture_run
-from app.core.hooks import FALLBACK, KINDS, HookRegistry
-from app.core.interventions import parse_edit
-from app.core.snippets import (
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import FALLBACK, KINDS, HookRegistry
+from app.core.engine.interventions import parse_edit
+from app.core.teaching.snippets import (
     KIND_HOOKS,
     captured_key,
     hook_snippet,

@@ -16,9 +16,9 @@ import torchvision
 from loopback import files_in, serving
 
 from app.cli import build_parsers, load_for_cli, main
-from app.core.errors import ModelError
-from app.core.models import default_weights_file, load_model
-from app.core.weights import (
+from app.core.common.errors import ModelError
+from app.core.models.catalogue import default_weights_file, load_model
+from app.core.models.weights import (
     WEIGHTS_URL_ENV,
     DownloadCancelled,
     WeightsDownloadError,

@@ -17,7 +17,7 @@ import pytest
 from cli_output import message_lines
 from PIL import Image
 
-from app.core.errors import write_error, write_problem
+from app.core.common.errors import write_error, write_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.desktop_entry import read_exec
+from app.system.desktop_entry import read_exec
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDED_BYTES = 15 << 30

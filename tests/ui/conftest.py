@@ -21,7 +21,7 @@ from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool  # noqa: E402
 
-from app.core.weights import WEIGHTS_URL_ENV  # noqa: E402
+from app.core.models.weights import WEIGHTS_URL_ENV  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
 from app.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
 

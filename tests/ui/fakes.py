@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from PySide6.QtWidgets import QDockWidget, QMenu, QVBoxLayout, QWidget
 
-from app.core.pictures import PanelPicture
+from app.core.pictures.panels import PanelPicture
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
 

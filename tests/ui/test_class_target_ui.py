@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from app.core.cam import run_grad_cam
-from app.core.model_files import open_model_file
+from app.core.models.files import open_model_file
+from app.core.pictures.cam import run_grad_cam
 from app.ui.features.grad_cam import SCALE_TEXT, GradCamFeature
 
 RUN_TIMEOUT_MS = 120_000

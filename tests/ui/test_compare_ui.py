@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.capture import capture_run
-from app.core.compare import rank_channels_by_difference
-from app.core.hooks import HookRegistry
-from app.core.images import read_image
-from app.core.models import load_model
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
+from app.core.pictures.compare import rank_channels_by_difference
 from app.ui.main_window import MainWindow
 from app.ui.state.rendering import DIFF_LUT
 

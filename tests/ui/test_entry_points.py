@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
-from app.core.errors import HookscopeError
+from app.core.common.errors import HookscopeError
 from app.ui.app import SCREENSHOT_SIZE, SELF_TEST_REPORT_ENV, run_gui
 
 

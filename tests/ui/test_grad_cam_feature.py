@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.cam import run_grad_cam
+from app.core.pictures.cam import run_grad_cam
 from app.ui.features.grad_cam import DOCK_ID, GradCamFeature
 
 RUN_TIMEOUT_MS = 120_000

@@ -13,8 +13,8 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from app.core.hooks import FULL_BACKWARD, TENSOR
-from app.core.interventions import parse_edit
+from app.core.engine.hooks import FULL_BACKWARD, TENSOR
+from app.core.engine.interventions import parse_edit
 from app.ui.state.workspace import Workspace
 from app.ui.widgets.module_tree import GRAD_INPUTS, GRADIENTS, HEADER_TIPS, HEADERS, ModuleTreeModel
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 from fakes import FakeHost
 
-from app.core.blame import ModelRaised
-from app.core.pipeline import ModelSource, open_model
-from app.core.resources import sample_image
+from app.core.common.resources import sample_image
+from app.core.engine.blame import ModelRaised
+from app.core.engine.pipeline import ModelSource, open_model
 from app.ui.features.numeric_health import NumericHealthFeature
 from app.ui.features.session_files import SessionFilesFeature
 from app.ui.state.workspace import Workspace
@@ -140,8 +140,8 @@ def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_he
 
 def test_an_all_zero_gradient_still_reads_as_before() -> None:
     """Finite zeros are not NaN: the old explanation stays for them."""
-    from app.core.hooks import Record
-    from app.core.pictures import PanelSettings, picture_of
+    from app.core.engine.hooks import Record
+    from app.core.pictures.panels import PanelSettings, picture_of
     from app.ui.widgets.feature_map_panel import FeatureMapPanel
 
     record = Record("fc", "tensor", 0, "", "Tensor.register_hook", torch.zeros(1, 4, 3, 3))

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QKeySequence
 
-from app.core.capture import capture_run
-from app.core.hooks import HookRegistry
-from app.core.images import read_image
-from app.core.models import load_model
-from app.core.pictures import PanelSettings
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
+from app.core.pictures.panels import PanelSettings
 from app.ui.features.image_b import VIEW_MENU, ImageBFeature
 
 RUN_TIMEOUT_MS = 120_000

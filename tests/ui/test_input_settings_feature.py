@@ -7,8 +7,8 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from app.core.model_inputs import custom_preprocess
-from app.core.pipeline import ModelSource, open_model
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.models.inputs import custom_preprocess
 from app.ui.dialogs.input_dialog import InputDialog
 from app.ui.features.input_settings import InputSettingsFeature
 

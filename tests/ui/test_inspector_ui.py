@@ -7,10 +7,10 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.core.hooks import FALLBACK, HookInfo
-from app.core.interventions import Intervention
-from app.core.script_export import standalone_script
-from app.core.snippets import snippet_for
+from app.core.engine.hooks import FALLBACK, HookInfo
+from app.core.engine.interventions import Intervention
+from app.core.teaching.script_export import standalone_script
+from app.core.teaching.snippets import snippet_for
 from app.ui.features.inspector import KIND, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
 from app.ui.main_window import MainWindow
 from app.ui.widgets.module_tree import KIND_COLUMNS, ModuleTreeModel

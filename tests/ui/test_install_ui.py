@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QApplication, QPushButton
 
 import app.ui.app as app_module
 from app.cli import build_parsers
-from app.core.desktop_entry import ENTRY_NAME, read_exec
-from app.core.startup import data_folder
+from app.system.desktop_entry import ENTRY_NAME, read_exec
+from app.system.startup import data_folder
 from app.ui.dialogs.about import show_about
 from app.ui.dialogs.licenses import LicensesDialog, licence_files
 from app.ui.features.desktop_entry import INSTALL_ACTION, REMOVE_ACTION, DesktopEntryFeature

@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox, QMenu
 
-from app.core.errors import DeviceError, ImageError, RunError
-from app.core.interventions import Intervention
+from app.core.common.errors import DeviceError, ImageError, RunError
+from app.core.engine.interventions import Intervention
 from app.ui.dialogs.edit_dialog import EditDialog, parse_channels
 from app.ui.features.interventions import ADD_ACTION, DOCK_ID, ON, REMOVE, InterventionsFeature
 from app.ui.state.workspace import RunFailure

@@ -12,12 +12,12 @@ from conftest import every_picture
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu
 
-from app.core.capture import capture_run
-from app.core.compare import prediction_changes
-from app.core.hooks import HookRegistry
-from app.core.images import read_image
-from app.core.interventions import Intervention
-from app.core.models import load_model
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.engine.interventions import Intervention
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
+from app.core.pictures.compare import prediction_changes
 from app.ui.features.interventions import ADD_ACTION, ON, REMOVE, InterventionsFeature
 from app.ui.main_window import MainWindow
 from app.ui.widgets.predictions import PredictionsPanel, change_text

@@ -8,9 +8,9 @@ import pytest
 import torch
 from PySide6.QtWidgets import QApplication
 
-from app.core.hooks import TENSOR
-from app.core.interventions import Intervention
-from app.core.lessons import LESSONS
+from app.core.engine.hooks import TENSOR
+from app.core.engine.interventions import Intervention
+from app.core.teaching.lessons import LESSONS
 from app.ui.features.lessons import DOCK_ID, SHOW_ACTION, LessonsFeature
 
 RUN_TIMEOUT_MS = 120_000

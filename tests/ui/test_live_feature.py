@@ -14,7 +14,7 @@ import torch
 from PySide6.QtGui import QKeySequence, QShortcut
 from video_files import frame_number, truncate, write_video
 
-from app.core.video import open_video
+from app.core.live.video import open_video
 from app.ui.features.live import LiveFeature
 
 RUN_TIMEOUT_MS = 120_000
@@ -232,7 +232,7 @@ def test_recording_writes_the_frames_as_they_came_on_screen_with_grad_cam_beside
 
 def test_a_recording_to_a_bad_name_is_one_error_and_the_video_plays_on(feature, host, tmp_path):
     feature.open_video(write_video(tmp_path / "clip.avi", frames=10, fps=5.0))
-    from app.core.live import SeenView
+    from app.core.live.runner import SeenView
 
     assert not feature.start_recording(tmp_path / "seen.gif", SeenView("layer1.0.conv1", "forward"))
     assert host.errors == [f"Cannot record to '{tmp_path / 'seen.gif'}': give a .mp4 or .avi file name."]

@@ -20,7 +20,7 @@ import pytest
 from conftest import RUN_TIMEOUT_MS, photo
 from PySide6.QtCore import QThreadPool
 
-from app.core.pipeline import ModelSource, open_model
+from app.core.engine.pipeline import ModelSource, open_model
 from app.ui.features.load_cancel import CANCEL_ACTION, LoadCancelFeature
 from app.ui.state.requests import ImageSource
 from app.ui.state.worker import CLOSE_WAIT_MS

@@ -13,8 +13,8 @@ import torchvision
 from PySide6.QtWidgets import QMenu
 from torch import nn
 
-from app.core import models as core_models
-from app.core.session import file_sha256
+from app.core.models import catalogue as core_models
+from app.core.outputs.session import file_sha256
 from app.ui.dialogs.architecture_dialog import ArchitectureDialog, ArchitectureFit, guess_architecture
 from app.ui.features.open_model import MODEL_FOLDER_KEY, ModelFilesFeature, is_model_file
 from app.ui.state.settings import app_settings

@@ -21,9 +21,9 @@ from PySide6.QtWidgets import QApplication
 from torch import nn
 from weights_server import SMALL
 
-from app.core import models as core_models
-from app.core.model_inputs import custom_preprocess
-from app.core.weights import WEIGHTS_URL_ENV
+from app.core.models import catalogue as core_models
+from app.core.models.inputs import custom_preprocess
+from app.core.models.weights import WEIGHTS_URL_ENV
 from app.ui.features.input_settings import InputSettingsFeature
 from app.ui.features.open_model import ModelFilesFeature
 from app.ui.features.weights_download import WeightsDownloadFeature

@@ -8,10 +8,10 @@ import torch
 from PySide6.QtCore import QPoint, QPointF, QRectF
 from PySide6.QtGui import QImage, QPainter
 
-from app.core.hooks import Record
-from app.core.pictures import PanelPicture, PanelSettings, picture_of
-from app.core.resources import colormap_lut
-from app.core.views import under_centres
+from app.core.common.resources import colormap_lut
+from app.core.engine.hooks import Record
+from app.core.pictures.panels import PanelPicture, PanelSettings, picture_of
+from app.core.pictures.views import under_centres
 from app.ui.state.rendering import FIT_PADDING, fitted_size, nearest, render_mosaic, rendered_for, with_rendering
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
 

@@ -17,10 +17,10 @@ from PySide6.QtCore import QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QMainWindow, QWidget
 
-from app.core.ab_pictures import compare_runs
-from app.core.capture import capture_run
-from app.core.hooks import HookRegistry
-from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import HookRegistry
+from app.core.pictures.ab import compare_runs
+from app.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
 from app.ui.state.rendering import DIFF_LUT
 from app.ui.widgets.feature_map_panel import MIN_PANEL_WIDTH, FeatureMapPanel
 from app.ui.widgets.legend import number

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from app.core.hooks import HookRegistry
-from app.core.pictures import PanelSettings
-from app.core.pipeline import ModelSource, open_model
-from app.core.resources import sample_image
-from app.core.views import as_channels, mosaic, under_centres
+from app.core.common.resources import sample_image
+from app.core.engine.hooks import HookRegistry
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.pictures.panels import PanelSettings
+from app.core.pictures.views import as_channels, mosaic, under_centres
 from app.ui.state.rendering import color_table, lut_of
 from app.ui.state.requests import ImageSource, RunRequest, execute_run
 

@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 from PySide6.QtWidgets import QFileDialog, QToolButton
 
-from app.core.batch import find_images
-from app.core.scan import ScanSettings, scan_images
-from app.core.scan_results import write_scan
+from app.core.outputs.batch import find_images
+from app.core.scan.results import write_scan
+from app.core.scan.scanner import ScanSettings, scan_images
 from app.ui.features.scan import DOCK_ID, ScanFeature
 
 RUN_TIMEOUT_MS = 120_000

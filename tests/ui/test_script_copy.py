@@ -11,8 +11,8 @@ import numpy as np
 from conftest import RUN_TIMEOUT_MS
 from PySide6.QtWidgets import QApplication
 
-from app.core.export import ARCHIVES
-from app.core.interventions import Intervention
+from app.core.engine.interventions import Intervention
+from app.core.outputs.export import ARCHIVES
 from app.ui.features.inspector import InspectorFeature
 from app.ui.state.requests import ImageSource
 

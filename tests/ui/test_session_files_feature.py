@@ -17,12 +17,12 @@ import torchvision
 from fakes import FakeHost
 from PySide6.QtGui import QKeySequence
 
-from app.core.hooks import TENSOR
-from app.core.interventions import parse_edit
-from app.core.pictures import PanelSettings
-from app.core.pipeline import ModelSource, open_model
-from app.core.resources import sample_image
-from app.core.session import file_sha256, load_session, panels_ui, save_session, session_from
+from app.core.common.resources import sample_image
+from app.core.engine.hooks import TENSOR
+from app.core.engine.interventions import parse_edit
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.outputs.session import file_sha256, load_session, panels_ui, save_session, session_from
+from app.core.pictures.panels import PanelSettings
 from app.ui.features.session_files import SessionFilesFeature
 from app.ui.state.requests import ImageSource
 from app.ui.state.workspace import Workspace

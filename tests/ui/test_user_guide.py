@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from app.core.guide import GuideLocation
+from app.core.teaching.guide import GuideLocation
 from app.ui.actions import builtin
 
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from PySide6.QtWidgets import QFileDialog
 
-from app.core.hooks import FORWARD
+from app.core.engine.hooks import FORWARD
 from app.ui.features.visualize import DOCK_ID, VisualizeFeature
 
 RUN_TIMEOUT_MS = 120_000

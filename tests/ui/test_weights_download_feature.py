@@ -15,8 +15,8 @@ from loopback import files_in
 from PySide6.QtCore import Qt
 from weights_server import SMALL
 
-from app.core.models import LoadedModel
-from app.core.weights import WEIGHTS_URL_ENV
+from app.core.models.catalogue import LoadedModel
+from app.core.models.weights import WEIGHTS_URL_ENV
 from app.ui.features.weights_download import WeightsDownloadFeature, model_title, transfer_text
 from app.ui.state.workspace import Workspace
 
@@ -137,7 +137,7 @@ def test_another_notice_takes_the_row_without_a_button(workspace, host, qtbot):
     feature = WeightsDownloadFeature(workspace, host)
 
     def noted() -> LoadedModel:
-        from app.core.models import load_model
+        from app.core.models.catalogue import load_model
 
         loaded = load_model("resnet18", "none")
         loaded.notice = "Non-strict load: 60 of 62 tensors of resnet18 loaded."

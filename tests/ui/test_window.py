@@ -11,11 +11,11 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QThreadPool, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
-from app.core.capture import capture_run
-from app.core.hooks import FALLBACK, GRADIENT_KINDS, TENSOR, HookRegistry
-from app.core.images import read_image
-from app.core.models import load_model
-from app.core.resources import sample_image
+from app.core.common.resources import sample_image
+from app.core.engine.capture import capture_run
+from app.core.engine.hooks import FALLBACK, GRADIENT_KINDS, TENSOR, HookRegistry
+from app.core.models.catalogue import load_model
+from app.core.models.images import read_image
 from app.ui.main_window import MainWindow
 from app.ui.state import scheduler
 from app.ui.state import workspace as workspace_module
@@ -346,7 +346,7 @@ def test_switching_model_moves_the_ticks_and_leaves_no_hook_on_the_old_model(win
 
 
 def test_switching_model_carries_the_interventions_where_their_module_exists(window: MainWindow, qtbot) -> None:
-    from app.core.interventions import Intervention
+    from app.core.engine.interventions import Intervention
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))

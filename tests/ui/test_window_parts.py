@@ -8,9 +8,9 @@ import torch
 from PySide6.QtCore import QPointF, Qt
 from torch import nn
 
-from app.core.hooks import HookRegistry, Record
-from app.core.pictures import PanelSettings, picture_of, prepare_pictures
-from app.core.tree import NOT_RUN_REASON, module_tree, survey
+from app.core.engine.hooks import HookRegistry, Record
+from app.core.engine.tree import NOT_RUN_REASON, module_tree, survey
+from app.core.pictures.panels import PanelSettings, picture_of, prepare_pictures
 from app.ui.state.image_queue import ImageQueue, push_recent
 from app.ui.state.requests import default_checks
 from app.ui.widgets.feature_map_panel import FeatureMapPanel
@@ -214,7 +214,7 @@ def test_panel_drop_down_menus_change_the_settings(qtbot) -> None:
 
 
 def test_predictions_of_nan_scores_show_nan_instead_of_failing(qtbot) -> None:
-    from app.core.capture import top_predictions
+    from app.core.engine.capture import top_predictions
     from app.ui.widgets.predictions import PredictionsPanel
 
     panel = PredictionsPanel()

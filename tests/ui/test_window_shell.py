@@ -7,9 +7,9 @@ import os
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu
 
-from app.core.devices import unavailable_devices
-from app.core.models import default_weights_file
-from app.core.resources import sample_image
+from app.core.common.resources import sample_image
+from app.core.engine.devices import unavailable_devices
+from app.core.models.catalogue import default_weights_file
 from app.ui.actions.builtin import image_folder
 
 

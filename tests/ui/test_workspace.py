@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import RUN_TIMEOUT_MS, photo
 
-from app.core.interventions import parse_edit
+from app.core.engine.interventions import parse_edit
 from app.ui.state.requests import ImageSource
 
 pytestmark = pytest.mark.usefixtures("qtbot")

@@ -9,10 +9,10 @@ from PySide6.QtCore import QStandardPaths, Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
-from app.core.guide import BUILD_HINT, find_guide
-from app.core.images import IMAGE_SUFFIXES
-from app.core.pictures import SCALINGS
-from app.core.resources import COLORMAPS, sample_image
+from app.core.common.resources import COLORMAPS, sample_image
+from app.core.models.images import IMAGE_SUFFIXES
+from app.core.pictures.panels import SCALINGS
+from app.core.teaching.guide import BUILD_HINT, find_guide
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.about import show_about
 from app.ui.dialogs.folders import last_folder, remember_folder

@@ -10,7 +10,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app import __version__
-from app.core.resources import resource
+from app.core.common.resources import resource
 from app.ui.dialogs.licenses import show_licenses
 
 CREDITS = (

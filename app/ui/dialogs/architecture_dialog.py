@@ -27,7 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.models import catalogue, load_model, read_state_dict
+from app.core.models.catalogue import catalogue, load_model
+from app.core.models.state_dicts import read_state_dict
 
 IGNORED_KEY = "num_batches_tracked"  # batch norm's counter: old checkpoints lack it, and loading does not need it
 

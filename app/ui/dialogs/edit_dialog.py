@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.errors import HookscopeError
-from app.core.images import IMAGE_SUFFIXES
-from app.core.interventions import CHANNEL_KINDS, EDIT_KINDS, Intervention
+from app.core.common.errors import HookscopeError
+from app.core.engine.interventions import CHANNEL_KINDS, EDIT_KINDS, Intervention
+from app.core.models.images import IMAGE_SUFFIXES
 from app.ui.dialogs.folders import last_folder, remember_folder
 
 OTHER_IMAGE_FOLDER = "mix_image"  # where the mix edit's image was last chosen

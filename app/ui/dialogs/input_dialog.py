@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.errors import HookscopeError
-from app.core.images import Preprocess
-from app.core.model_inputs import custom_preprocess
+from app.core.common.errors import HookscopeError
+from app.core.models.images import Preprocess
+from app.core.models.inputs import custom_preprocess
 
 
 def numbers_text(values: tuple[float, ...]) -> str:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.resources import resource_dir
+from app.core.common.resources import resource_dir
 
 NOTICES = "THIRD-PARTY-NOTICES.md"
 FIRST = (NOTICES, "LICENSE", "LGPL-3.0.txt", "GPL-3.0.txt")

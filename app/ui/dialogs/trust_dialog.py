@@ -11,7 +11,7 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from app.core.model_files import split_factory
+from app.core.models.files import split_factory
 
 SHOWN_OBJECTS = 12  # the imports listed before "… and N more"
 

@@ -1,5 +1,5 @@
 """Help > Add Hookscope to the applications menu (Linux): the same entry ``hookscope --install-desktop-entry``
-writes (app.core.desktop_entry), for people who never open a terminal. Shown on Linux only: Windows' installer
+writes (app.system.desktop_entry), for people who never open a terminal. Shown on Linux only: Windows' installer
 and the macOS .app put Hookscope in the Start menu and Applications themselves.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from app.core.desktop_entry import install_desktop_entry, uninstall_desktop_entry
-from app.core.errors import HookscopeError
+from app.core.common.errors import HookscopeError
+from app.system.desktop_entry import install_desktop_entry, uninstall_desktop_entry
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import Host
 from app.ui.state.workspace import Workspace

@@ -14,11 +14,11 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSizePolicy, QSlider, QVBoxLayout, QWidget
 
-from app.core.cam import has_spatial_output, overlay, run_grad_cam
-from app.core.errors import HookscopeError
-from app.core.hooks import OUTPUT_GRADIENT_KINDS
-from app.core.pictures import KIND_LABELS, PanelPicture
-from app.core.resources import colormap_lut
+from app.core.common.errors import HookscopeError
+from app.core.common.resources import colormap_lut
+from app.core.engine.hooks import OUTPUT_GRADIENT_KINDS
+from app.core.pictures.cam import has_spatial_output, overlay, run_grad_cam
+from app.core.pictures.panels import KIND_LABELS, PanelPicture
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import LoadOutcome, RunOutcome
 from app.ui.state.workspace import Workspace
@@ -27,7 +27,7 @@ FEATURE_ID = "grad_cam"
 DOCK_ID = "grad_cam"
 CAM_COLORMAP = "inferno"
 PROMPT = "Right-click a module (or a channel tile) and choose Grad-CAM."
-# The scale, said where the map is shown (app.core.cam.grad_cam: pytorch-grad-cam's min-max scaling).
+# The scale, said where the map is shown (app.core.pictures.cam.grad_cam: pytorch-grad-cam's min-max scaling).
 SCALE_TEXT = "Scale: each map from its minimum (0) to its maximum (1), as pytorch-grad-cam does."
 
 

@@ -16,10 +16,10 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from app.core.errors import ImageError
-from app.core.images import IMAGE_SUFFIXES
-from app.core.pictures import VIEWS
-from app.core.resources import sample_image
+from app.core.common.errors import ImageError
+from app.core.common.resources import sample_image
+from app.core.models.images import IMAGE_SUFFIXES
+from app.core.pictures.panels import VIEWS
 from app.ui.actions.builtin import image_folder
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import Host

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.core.images import Preprocess
-from app.core.model_inputs import describe_requirements, first_conv_channels
-from app.core.models import LoadedModel
+from app.core.models.catalogue import LoadedModel
+from app.core.models.images import Preprocess
+from app.core.models.inputs import describe_requirements, first_conv_channels
 from app.ui.dialogs.input_dialog import ask_input
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome

@@ -2,7 +2,7 @@
 
 It lists ``registry.live_hooks()`` (module, kind, the PyTorch method, whether it reads or edits, and the engine's
 note where it used a fallback), says for the selected hook which tree column registered it and why that PyTorch
-hook (``app.core.snippets.KIND_HOOKS``: Grad is a tensor hook on the output, Grad in the full backward hook that
+hook (``app.core.teaching.snippets.KIND_HOOKS``: Grad is a tensor hook on the output, Grad in the full backward hook that
 alone gives grad_input), counts the handles, removes one hook or all of them through the workspace (an
 untick for a capture hook, so the tree and the panels follow), and shows ``snippet_for`` of the selected hook,
 copyable, and **Copy whole script**: ``standalone_script``, a file that runs on its own (the same model, weights, image,
@@ -27,10 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.errors import HookscopeError
-from app.core.hooks import FALLBACK, HookInfo
-from app.core.script_export import standalone_script
-from app.core.snippets import kind_hook, snippet_for
+from app.core.common.errors import HookscopeError
+from app.core.engine.hooks import FALLBACK, HookInfo
+from app.core.teaching.script_export import standalone_script
+from app.core.teaching.snippets import kind_hook, snippet_for
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.workspace import Workspace
@@ -279,7 +279,7 @@ class InspectorFeature:
         return text
 
     def copy_script(self) -> str:
-        """The run on screen as a standalone script (``app.core.script_export``), on the clipboard."""
+        """The run on screen as a standalone script (``app.core.teaching.script_export``), on the clipboard."""
         space = self.workspace
         registry, loaded = space.registry, space.loaded
         if registry is None or loaded is None:

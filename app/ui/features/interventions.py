@@ -32,10 +32,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.errors import DeviceError, HookscopeError, ImageError
-from app.core.hooks import HookInfo
-from app.core.interventions import Intervention
-from app.core.pictures import PanelPicture
+from app.core.common.errors import DeviceError, HookscopeError, ImageError
+from app.core.engine.hooks import HookInfo
+from app.core.engine.interventions import Intervention
+from app.core.pictures.panels import PanelPicture
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.edit_dialog import EditDialog
 from app.ui.host import DockSpec, Host

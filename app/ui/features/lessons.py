@@ -1,6 +1,6 @@
 """The Lessons feature (Help > Learn the hooks): PyTorch's four hooks taught on the model in the window.
 
-A dock lists the lessons of ``app.core.lessons``; selecting one shows what its hook receives, what returning a
+A dock lists the lessons of ``app.core.teaching.lessons``; selecting one shows what its hook receives, what returning a
 value does and its pitfall. **Set up and run** registers the lesson on the live model: where the lesson is one of
 Hookscope's own ticks or edits, through the workspace (``set_ticked``, ``add_edit``), so that the hook inspector
 lists them and the panels show them; then the lesson runs in the background and the numbers before and after come
@@ -37,11 +37,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.hooks import HookInfo, HookRegistry
-from app.core.images import Preprocess, read_image
-from app.core.lessons import LESSONS, AppSetup, Lesson, LessonResult, Picks, lesson, model_code_for, plan
-from app.core.pictures import KIND_LABELS
-from app.core.resources import resource
+from app.core.common.resources import resource
+from app.core.engine.hooks import HookInfo, HookRegistry
+from app.core.models.images import Preprocess, read_image
+from app.core.pictures.panels import KIND_LABELS
+from app.core.teaching.lessons import LESSONS, AppSetup, Lesson, LessonResult, Picks, lesson, model_code_for, plan
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.worker import Job

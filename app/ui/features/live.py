@@ -1,6 +1,6 @@
 """Live: a video file or a camera through the window's run path (``LiveFeature``, id "live").
 
-File > Open video… (or dropping a video file) and File > Open camera… start a source (``app.core.video``): it
+File > Open video… (or dropping a video file) and File > Open camera… start a source (``app.core.live.video``): it
 plays on a thread of its own into a one-frame mailbox (``LatestFrame``, paced at the file's own rate, as a camera
 gives its frames). Whenever the workspace has no run in flight, the newest frame is asked for as the image on
 screen (``workspace.request_image``), so every panel, the predictions, Grad-CAM and the Channel view follow it
@@ -26,11 +26,10 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QWidget
 
-from app.core.cam import has_spatial_output
-from app.core.errors import HookscopeError
-from app.core.hooks import OUTPUT_GRADIENT_KINDS
-from app.core.live import GRAD_CAM, BackgroundRecorder, SeenView
-from app.core.video import (
+from app.core.common.errors import HookscopeError
+from app.core.engine.hooks import OUTPUT_GRADIENT_KINDS
+from app.core.live.runner import GRAD_CAM, BackgroundRecorder, SeenView
+from app.core.live.video import (
     VIDEO_SUFFIXES,
     LatestFrame,
     VideoSource,
@@ -39,6 +38,7 @@ from app.core.video import (
     open_camera,
     open_video,
 )
+from app.core.pictures.cam import has_spatial_output
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import Host
 from app.ui.state.requests import ImageSource, RunOutcome

@@ -3,7 +3,7 @@
 
 Without it, a model with NaN weights looks like an untrained one: the pictures draw NaN as 0, the gradients come out
 "all zero", and the top-5 ranks nothing. The banner says what is wrong in the engine's sentence
-(``app/core/numeric.py``: which weights hold NaN or inf, or that they are finite and the values overflowed on the
+(``app/core/engine/numeric.py``: which weights hold NaN or inf, or that they are finite and the values overflowed on the
 way), and goes when a run comes back finite or another model loads.
 
 Only the run's small tensors (class scores, input gradient) are checked on the GUI thread after each run; the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QLabel
 
-from app.core.numeric import count_non_finite, numeric_report
+from app.core.engine.numeric import count_non_finite, numeric_report
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome, RunOutcome
 from app.ui.state.workspace import Workspace

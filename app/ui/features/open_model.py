@@ -1,12 +1,12 @@
 """Opening a model from a file: File > Open model…, dropped model files, File > Recent models.
 
-What the file is decides what is asked (see ``app/core/model_files.py``): a state_dict needs the architecture it
+What the file is decides what is asked (see ``app/core/models/files.py``): a state_dict needs the architecture it
 belongs to (``ArchitectureDialog``: a searchable chooser with a non-strict option), a pickled model or a Python
 factory runs code and so needs the user's explicit trust (``trust_dialog``: the file and the Python objects it
 would import, Cancel being the default), TorchScript and files that are none of these are refused with the reason.
 Every question goes through one ``ask_*`` method, so tests answer it without a modal dialog.
 
-Loading is ``app.core.pipeline.open_model`` on the workspace's worker (``Workspace.load_model_with``), like any
+Loading is ``app.core.engine.pipeline.open_model`` on the workspace's worker (``Workspace.load_model_with``), like any
 model switch: the ticks carry over where their paths exist, and a failure keeps the previous model.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
-from app.core.errors import HookscopeError
-from app.core.model_files import MODEL_FILE_SUFFIXES, ArchitectureRequired, TrustRequired, split_factory
-from app.core.models import LoadedModel, default_categories
-from app.core.pipeline import ModelSource, open_model
+from app.core.common.errors import HookscopeError
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.models.catalogue import LoadedModel, default_categories
+from app.core.models.files import MODEL_FILE_SUFFIXES, ArchitectureRequired, TrustRequired, split_factory
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.architecture_dialog import ArchitectureFit, architectures_that_fit, ask_architecture
 from app.ui.dialogs.trust_dialog import ask_trust

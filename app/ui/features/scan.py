@@ -1,5 +1,5 @@
 """What excites a channel, in the window: File ▸ Scan a folder… scans every module whose activations are ticked over
-a folder of images (``app.core.scan``); afterwards, the channel the Channel view shows gets its top images from the
+a folder of images (``app.core.scan.scanner``); afterwards, the channel the Channel view shows gets its top images from the
 whole folder, in a dock under it. Click one to open that image as image A.
 
 The scan never touches the live model the workspace runs. A deep copy of the model, without any of its hooks (the
@@ -42,14 +42,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.batch import find_images
-from app.core.errors import HookscopeError
-from app.core.models import LoadedModel
-from app.core.pictures import PanelPicture
-from app.core.scan import ScanProgress, ScanResult, ScanSettings, TopImage, channel_boxes, copy_without_hooks
-from app.core.scan import scan_images as run_scan_images
-from app.core.scan_results import SCAN_FILE, PatchReader, read_scan, write_scan
-from app.core.views import sort_order
+from app.core.common.errors import HookscopeError
+from app.core.models.catalogue import LoadedModel
+from app.core.outputs.batch import find_images
+from app.core.pictures.panels import PanelPicture
+from app.core.pictures.views import sort_order
+from app.core.scan.results import SCAN_FILE, PatchReader, read_scan, write_scan
+from app.core.scan.scanner import ScanProgress, ScanResult, ScanSettings, TopImage, channel_boxes, copy_without_hooks
+from app.core.scan.scanner import scan_images as run_scan_images
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host

@@ -4,7 +4,7 @@ session…, Export run…, and session files dropped on the window.
 Saving captures what the workspace holds: the model (catalogue name, or model file and the SHA-256 taken when it
 was opened), weights, device, preprocessing, ticked (module, hook kind) pairs, edits, image A (and B), the image
 list, the gradient target, and every panel's colormap, scaling, channel order and A / B / A − B view
-(``app/core/session.py`` writes and reads the file). Opening loads the session's model through the workspace's
+(``app/core/outputs/session.py`` writes and reads the file). Opening loads the session's model through the workspace's
 one worker path (a pickled or Python model file asks for trust again: a session never carries it), then restores
 ticks, edits, device, target, panel settings and images through workspace methods, and runs once. A moved or
 changed file is one line in one dialog and in the status bar; the rest is restored.
@@ -20,14 +20,14 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 from superqt.utils import FunctionWorker
 
-from app.core.devices import available_devices
-from app.core.errors import HookscopeError
-from app.core.export import write_run
-from app.core.model_files import TrustRequired
-from app.core.models import LoadedModel
-from app.core.pictures import KIND_ORDER
-from app.core.pipeline import ModelSource, open_model
-from app.core.session import (
+from app.core.common.errors import HookscopeError
+from app.core.engine.devices import available_devices
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.engine.tree import ModelSurvey
+from app.core.models.catalogue import LoadedModel
+from app.core.models.files import TrustRequired
+from app.core.outputs.export import write_run
+from app.core.outputs.session import (
     KNOWN_KINDS,
     SESSION_SUFFIX,
     Session,
@@ -40,7 +40,7 @@ from app.core.session import (
     session_panel_settings,
     session_survey,
 )
-from app.core.tree import ModelSurvey
+from app.core.pictures.panels import KIND_ORDER
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.session_problems import show_session_problems
 from app.ui.dialogs.trust_dialog import ask_trust

@@ -1,4 +1,4 @@
-"""Dream a channel: the image a channel responds to most, optimised in the background (``app.core.visualize``).
+"""Dream a channel: the image a channel responds to most, optimised in the background (``app.core.teaching.visualize``).
 
 "Visualize channel k" in a channel tile's menu (and "Visualize a channel of …" in the module menu, and Hooks ▸
 Visualize a channel…) fills the dock's fields; Run starts the optimisation as a job on the workspace's own
@@ -34,9 +34,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.hooks import FORWARD, HookInfo
-from app.core.pictures import PanelPicture
-from app.core.visualize import Objective, Visualization, VisualizeSettings, visualize
+from app.core.engine.hooks import FORWARD, HookInfo
+from app.core.pictures.panels import PanelPicture
+from app.core.teaching.visualize import Objective, Visualization, VisualizeSettings, visualize
 from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host

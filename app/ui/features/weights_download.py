@@ -6,7 +6,7 @@ the cache or the download, are behind a Details toggle. Any other notice of the 
 timm's missing weights) takes the same row, without a button.
 
 The download runs on a worker of its own (a superqt ``FunctionWorker``), not on the workspace's scheduler, so runs
-on the untrained model go on meanwhile. ``app.core.weights.download_weights`` does the work (verified,
+on the untrained model go on meanwhile. ``app.core.models.weights.download_weights`` does the work (verified,
 all-or-nothing); progress arrives by signal from the worker thread, Cancel sets a flag it polls between chunks.
 On success the model loads again with its weights (``Workspace.set_model(name, "default")``: the ticks carry
 over, a run follows); on failure the engine's sentence is shown in Details and the untrained model stays.
@@ -28,10 +28,10 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QVBoxLayout
 from superqt.utils import FunctionWorker
 
-from app.core import hub_models
-from app.core.models import TIMM_PREFIX, LoadedModel, default_weights_file
-from app.core.pipeline import ModelSource, open_model
-from app.core.weights import WEIGHTS_URL_ENV, DownloadCancelled, checkpoints_dir, download_weights, is_cached
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.models import hub as hub_models
+from app.core.models.catalogue import TIMM_PREFIX, LoadedModel, default_weights_file
+from app.core.models.weights import WEIGHTS_URL_ENV, DownloadCancelled, checkpoints_dir, download_weights, is_cached
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
 from app.ui.state.worker import PoolWorker, start_worker

@@ -15,10 +15,10 @@ from functools import cache
 import numpy as np
 from PySide6.QtGui import QImage
 
-from app.core.ab_pictures import diverging_lut
-from app.core.pictures import Arrangement, PanelPicture
-from app.core.resources import colormap_lut
-from app.core.views import under_centres
+from app.core.common.resources import colormap_lut
+from app.core.pictures.ab import diverging_lut
+from app.core.pictures.panels import Arrangement, PanelPicture
+from app.core.pictures.views import under_centres
 
 DIFF_LUT = "diff"  # the signed A − B views' lookup table (``diverging_lut``); every other key is a colormap name
 

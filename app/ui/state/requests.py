@@ -16,15 +16,15 @@ from types import MappingProxyType
 import numpy as np
 from PIL import Image
 
-from app.core.ab_pictures import Comparison, compare_runs
-from app.core.capture import RunCancelled, RunResult, capture_run
-from app.core.hooks import HookRegistry, Record
-from app.core.images import read_image
-from app.core.models import LoadedModel
-from app.core.objectives import with_reference
-from app.core.pictures import PanelPicture, PanelSettings, prepare_pictures
-from app.core.pipeline import ModelSource, open_model
-from app.core.tree import ModuleInfo, module_tree
+from app.core.engine.capture import RunCancelled, RunResult, capture_run
+from app.core.engine.hooks import HookRegistry, Record
+from app.core.engine.objectives import with_reference
+from app.core.engine.pipeline import ModelSource, open_model
+from app.core.engine.tree import ModuleInfo, module_tree
+from app.core.models.catalogue import LoadedModel
+from app.core.models.images import read_image
+from app.core.pictures.ab import Comparison, compare_runs
+from app.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
 from app.ui.state.rendering import with_rendering
 
 # What the app ticks on a first start, so the first screen already shows feature maps and gradients.

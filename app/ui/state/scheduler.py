@@ -17,7 +17,7 @@ from functools import partial
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.core.capture import RunCancelled
+from app.core.engine.capture import RunCancelled
 from app.ui.state.requests import LoadOutcome, RunOutcome, RunRequest, execute_run
 from app.ui.state.worker import Job, JobRunner
 

@@ -25,7 +25,7 @@ from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 from shiboken6 import Shiboken
 from superqt.utils import FunctionWorker
 
-from app.core.allocator import trim
+from app.system.allocator import trim
 
 CLOSE_WAIT_MS = 1200  # how long a closing window waits for its workers: the window is gone within 2 s regardless
 

@@ -20,17 +20,17 @@ from types import MappingProxyType
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from app.core.capture import check_target
-from app.core.devices import available_devices
-from app.core.errors import DeviceError, HookscopeError, ImageError, RunError
-from app.core.hooks import GRADIENT_KINDS, HookInfo, HookRegistry
-from app.core.images import Preprocess
-from app.core.interventions import Intervention
-from app.core.models import DEFAULT_MODEL, LoadedModel
-from app.core.objectives import parse_target
-from app.core.pictures import PanelSettings
-from app.core.resources import sample_image
-from app.core.tree import NOT_RUN_REASON, ModuleInfo, module_tree
+from app.core.common.errors import DeviceError, HookscopeError, ImageError, RunError
+from app.core.common.resources import sample_image
+from app.core.engine.capture import check_target
+from app.core.engine.devices import available_devices
+from app.core.engine.hooks import GRADIENT_KINDS, HookInfo, HookRegistry
+from app.core.engine.interventions import Intervention
+from app.core.engine.objectives import parse_target
+from app.core.engine.tree import NOT_RUN_REASON, ModuleInfo, module_tree
+from app.core.models.catalogue import DEFAULT_MODEL, LoadedModel
+from app.core.models.images import Preprocess
+from app.core.pictures.panels import PanelSettings
 from app.ui.state.image_queue import ImageQueue
 from app.ui.state.requests import (
     ImageSource,

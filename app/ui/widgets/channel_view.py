@@ -10,8 +10,8 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
 from superqt import QElidingLabel
 
-from app.core.pictures import KIND_LABELS, PanelPicture, channel_statistics, shape_text
-from app.core.resources import colormap_lut
+from app.core.common.resources import colormap_lut
+from app.core.pictures.panels import KIND_LABELS, PanelPicture, channel_statistics, shape_text
 
 
 def colormap_of(name: str) -> pg.ColorMap:

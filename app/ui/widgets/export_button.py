@@ -1,4 +1,4 @@
-"""A record panel's Export… menu: what the panel shows, written to files (``app/core/panel_export.py`` does it).
+"""A record panel's Export… menu: what the panel shows, written to files (``app/core/outputs/panel_export.py`` does it).
 
 The mosaic is written exactly as drawn: the panel's uint8 mosaic (its sort and scaling) through its colormap (the
 diverging one for the A − B view), one image pixel per file pixel. One channel (the last one clicked in the
@@ -17,11 +17,10 @@ from PIL import Image
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QFileDialog, QMenu, QStyle, QToolButton
 
-from app.core.ab_pictures import diverging_lut
-from app.core.errors import HookscopeError
-from app.core.export import file_stem, picture_image
-from app.core.hooks import Record
-from app.core.panel_export import (
+from app.core.common.errors import HookscopeError
+from app.core.engine.hooks import Record
+from app.core.outputs.export import file_stem, picture_image
+from app.core.outputs.panel_export import (
     _writing,
     export_channel_png,
     export_image_png,
@@ -31,6 +30,7 @@ from app.core.panel_export import (
     export_svg,
     svg_document,
 )
+from app.core.pictures.ab import diverging_lut
 from app.ui.state.settings import app_settings
 
 if TYPE_CHECKING:

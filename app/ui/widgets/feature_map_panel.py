@@ -31,9 +31,9 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
-from app.core.numeric import count_non_finite
-from app.core.pictures import KIND_LABELS, VIEWS, PanelPicture, PanelSettings, shape_text
-from app.core.resources import COLORMAPS, colormap_lut
+from app.core.common.resources import COLORMAPS, colormap_lut
+from app.core.engine.numeric import count_non_finite
+from app.core.pictures.panels import KIND_LABELS, VIEWS, PanelPicture, PanelSettings, shape_text
 from app.ui.state.rendering import rendered_for
 from app.ui.theme import KIND_COLORS
 from app.ui.widgets.export_button import export_button

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
-from app.core.resources import colormap_lut
+from app.core.common.resources import colormap_lut
 from app.ui.widgets.detection_overlay import DetectionOverlay
 from app.ui.widgets.segmentation_legend import MASK_OPACITY
 

@@ -13,7 +13,7 @@ from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from app.core.pictures import PanelPicture
+from app.core.pictures.panels import PanelPicture
 from app.ui.state.rendering import DIFF_LUT, color_table, lut_of
 from app.ui.theme import BORDER, MUTED, TEXT
 

@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
 from shiboken6 import Shiboken
 from superqt import QElidingLabel
 
-from app.core.hooks import Record, record_key
-from app.core.pictures import KIND_ORDER, PanelPicture, PanelSettings
+from app.core.engine.hooks import Record, record_key
+from app.core.pictures.panels import KIND_ORDER, PanelPicture, PanelSettings
 from app.ui.theme import BORDER
 from app.ui.widgets.feature_map_panel import MIN_PANEL_HEIGHT, MIN_PANEL_WIDTH, FeatureMapPanel
 

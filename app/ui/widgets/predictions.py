@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
-from app.core.capture import Prediction
-from app.core.compare import PredictionChange
+from app.core.engine.capture import Prediction
+from app.core.pictures.compare import PredictionChange
 from app.ui.widgets.detection_overlay import DEFAULT_THRESHOLD
 from app.ui.widgets.segmentation_legend import SegmentationLegend
 from app.ui.widgets.wrapped_label import WrappedLabel
