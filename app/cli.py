@@ -84,8 +84,10 @@ def _add_model_options(parser: argparse.ArgumentParser, default_weights: str = D
     """--model, --weights, --seed and --device, which mean the same in every command (``default_weights``: only
     for a command whose weights do not matter, such as bench's timings)."""
     parser.add_argument(
-        "--model", default="resnet18", help="torchvision model name, timm/NAME when timm is installed, or hf:ORG/NAME "
-        "(a transformers image model from the Hugging Face Hub) (default: resnet18)"
+        "--model",
+        default="resnet18",
+        help="torchvision model name, timm/NAME when timm is installed, or hf:ORG/NAME "
+        "(a transformers image model from the Hugging Face Hub) (default: resnet18)",
     )
     parser.add_argument("--weights", default=default_weights, help=WEIGHTS_HELP if default_weights == DEFAULT_WEIGHTS
                         else WEIGHTS_HELP.replace("(default: default)", f"(default: {default_weights})"))  # fmt: skip
@@ -101,7 +103,9 @@ def _add_model_file_options(parser: argparse.ArgumentParser) -> None:
         help="open a model file instead of --model: a state_dict (.pt/.pth/.bin/.safetensors, with --arch), "
         "a pickled nn.Module (with --trust) or model.py:FACTORY (with --trust)",
     )
-    parser.add_argument("--arch", metavar="NAME", help="the catalogue architecture a --model-file state_dict belongs to")
+    parser.add_argument(
+        "--arch", metavar="NAME", help="the catalogue architecture a --model-file state_dict belongs to"
+    )
     parser.add_argument(
         "--trust", action="store_true", help="allow running code from --model-file (unpickling, importing a .py)"
     )
@@ -112,7 +116,9 @@ def _add_model_file_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+def build_parsers() -> tuple[
+    argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser
+]:
     gui = argparse.ArgumentParser(
         prog="hookscope",
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
@@ -122,7 +128,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     gui.add_argument(
-        "images", nargs="*", metavar="IMAGE",
+        "images",
+        nargs="*",
+        metavar="IMAGE",
         help="images to open: the first is shown, the rest wait in the image list (default: the sample photograph)",
     )
     _add_model_options(gui)
@@ -131,28 +139,47 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
     gui.add_argument("--ticks", metavar="in,act,grad,gradin", help="which columns --check ticks (default: act,grad)")
     gui.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1366x768 (for --screenshot too)")
     gui.add_argument("--self-test", action="store_true", help="run the app offscreen end to end and report")
-    gui.add_argument("--install-desktop-entry", action="store_true",
-                     help="add this installation to the desktop's applications menu (Linux) and exit")
-    gui.add_argument("--uninstall-desktop-entry", action="store_true",
-                     help="remove Hookscope from the desktop's applications menu (Linux) and exit")
+    gui.add_argument(
+        "--install-desktop-entry",
+        action="store_true",
+        help="add this installation to the desktop's applications menu (Linux) and exit",
+    )
+    gui.add_argument(
+        "--uninstall-desktop-entry",
+        action="store_true",
+        help="remove Hookscope from the desktop's applications menu (Linux) and exit",
+    )
     gui.add_argument("--debug", action="store_true", help="show tracebacks")
     gui.add_argument("--version", action="version", version=f"hookscope {__version__}")
 
-    export = argparse.ArgumentParser(prog="hookscope export", description="Run images through a hooked model and write what the hooks saw.")
+    export = argparse.ArgumentParser(
+        prog="hookscope export", description="Run images through a hooked model and write what the hooks saw."
+    )
     _add_model_options(export)
     export.add_argument("--image", action="append", help="image file (repeat for several)")
     export.add_argument("--images", metavar="DIR", help="every image in a folder: one subfolder each plus summary.csv")
     export.add_argument("--recursive", action="store_true", help="with --images: look in subfolders too")
     export.add_argument("--resume", action="store_true", help="with --images: keep images an earlier run finished")
-    export.add_argument("--session", metavar="FILE", help="run a saved session (model, hooks, edits, images) headlessly")
+    export.add_argument(
+        "--session", metavar="FILE", help="run a saved session (model, hooks, edits, images) headlessly"
+    )
     export.add_argument("--video", metavar="FILE", help="a video file: the frames --frames names, one folder each")
     export.add_argument("--frames", type=frame_range, metavar="A:B",
                         help="with --video: frames A to B-1, counted from 0 (A: to the end, N: frame N alone)")  # fmt: skip
     export.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
-    export.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)")
-    export.add_argument("--target", type=_target, default="top1",
-                        help="what the gradient is of: top1, a class index, class:C, class:C@x0,y0,x1,y1 (segmentation), "
-                        "box:N (detection), similar:IMAGE or text:PROMPT (embeddings) (default: top1)")
+    export.add_argument(
+        "--hooks",
+        type=_kinds,
+        default=["forward", "backward"],
+        help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)",
+    )
+    export.add_argument(
+        "--target",
+        type=_target,
+        default="top1",
+        help="what the gradient is of: top1, a class index, class:C, class:C@x0,y0,x1,y1 (segmentation), "
+        "box:N (detection), similar:IMAGE or text:PROMPT (embeddings) (default: top1)",
+    )
     export.add_argument("--out", default="hookscope-out", help="output folder (default: hookscope-out)")
     export.add_argument("--no-png", action="store_true", help="skip the PNG mosaics")
     export.add_argument(
@@ -175,14 +202,27 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
         "--layers", help="'all' (default) or module paths separated by commas; with --batch: 10 spread modules"
     )
     bench.add_argument(
-        "--batch", action="store_true", help="batch throughput: 'export --images' against bare inference and a plain PyTorch + np.savez floor"
+        "--batch",
+        action="store_true",
+        help="batch throughput: 'export --images' against bare inference and a plain PyTorch + np.savez floor",
     )
     bench.add_argument("--images", type=int, default=100, metavar="N", help="with --batch: images (default: 100)")
-    bench.add_argument("--hooks", type=_kinds, default=["forward", "backward"], help="kinds to register per layer: forward,pre,backward,tensor,grad_input (default: forward,backward)")
+    bench.add_argument(
+        "--hooks",
+        type=_kinds,
+        default=["forward", "backward"],
+        help="kinds to register per layer: forward,pre,backward,tensor,grad_input (default: forward,backward)",
+    )
     bench.add_argument("--size", type=int, default=224, help="input size in pixels (default: 224)")
     bench.add_argument("--repeat", type=int, default=10, help="timed pairs (default: 10)")
-    bench.add_argument("--scan", action="store_true", help="dataset scan throughput ('hookscope scan') against bare batched inference (--images N of them, 4 spread modules or --layers)")
-    bench.add_argument("--batch-size", type=int, default=16, metavar="N", help="with --scan: images per batch (default: 16)")
+    bench.add_argument(
+        "--scan",
+        action="store_true",
+        help="dataset scan throughput ('hookscope scan') against bare batched inference (--images N of them, 4 spread modules or --layers)",
+    )
+    bench.add_argument(
+        "--batch-size", type=int, default=16, metavar="N", help="with --scan: images per batch (default: 16)"
+    )
     bench.add_argument("--debug", action="store_true", help="show tracebacks")
 
     download = argparse.ArgumentParser(
@@ -194,7 +234,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, a
                           "Hugging Face Hub, into its cache) or timm/NAME (timm's weights, from the Hub) "
                           "(default: resnet18)")  # fmt: skip
     download.add_argument("--force", action="store_true", help="download again even when the file is cached")
-    download.add_argument("--timeout", type=float, default=30.0, help="seconds without data before giving up (default: 30)")
+    download.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds without data before giving up (default: 30)"
+    )
     download.add_argument(
         "--min-rate", type=float, default=10.0, metavar="KB/S",
         help="give up when a 30 s window averages less than this many kB/s (default: 10; 0: never)",
@@ -245,7 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if blocked is not None:
             print(f"hookscope: error: {blocked}", file=sys.stderr)
             return 2
-        print(f"hookscope: unexpected error: {type(error).__name__}: {error} (run with --debug for details)", file=sys.stderr)
+        print(
+            f"hookscope: unexpected error: {type(error).__name__}: {error} (run with --debug for details)",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -345,7 +390,9 @@ def load_for_cli(args: argparse.Namespace):
         loaded = open_model(source)
     if not source.file:
         if args.weights == "default" and not loaded.pretrained and not args.model.startswith((TIMM_PREFIX, "hf:")):
-            loaded.notice = loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
+            loaded.notice = (
+                loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
+            )
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     return loaded
@@ -550,10 +597,15 @@ def _write_script(args: argparse.Namespace, loaded, registry, image: str, target
         return
     from app.core.teaching.script_export import standalone_script, write_script
 
-    write_script(args.script, standalone_script(loaded, registry, image=image, target=target, device=device,
-                                                what="hookscope export"))
-    print(f"hookscope: script that redoes the run of {image} in plain PyTorch: {args.script} "
-          f"(python {args.script} --save captures.npz)", file=sys.stderr)
+    write_script(
+        args.script,
+        standalone_script(loaded, registry, image=image, target=target, device=device, what="hookscope export"),
+    )
+    print(
+        f"hookscope: script that redoes the run of {image} in plain PyTorch: {args.script} "
+        f"(python {args.script} --save captures.npz)",
+        file=sys.stderr,
+    )
 
 
 def run_export_batch(args: argparse.Namespace) -> int:
@@ -566,7 +618,9 @@ def run_export_batch(args: argparse.Namespace) -> int:
     folder, out = Path(args.images), Path(args.out)
     images = find_images(folder, args.recursive, exclude=out)
     if not images:
-        hint = " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
+        hint = (
+            " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
+        )
         raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
     _edits(args)  # a bad --edit fails before the slow part
     report, stopped_by = None, ""
@@ -596,7 +650,9 @@ def run_export_batch(args: argparse.Namespace) -> int:
     _warn_non_finite_batch(images, folder, out)
     earlier = f", {len(report.resumed)} of them finished by an earlier run" if report.resumed else ""
     skipped = f"; {len(report.skipped)} skipped" if report.skipped else ""
-    print(f"{report.finished} of {report.total} images written to {out}{earlier}{skipped}; summary: {report.summary_csv}")
+    print(
+        f"{report.finished} of {report.total} images written to {out}{earlier}{skipped}; summary: {report.summary_csv}"
+    )
     return 0
 
 
@@ -683,7 +739,11 @@ def run_bench_batch(args: argparse.Namespace) -> int:
 
     layers = 10 if args.layers is None else (1 << 30 if args.layers == "all" else _csv(args.layers))
     result = batch_benchmark(
-        args.images, layers, model=args.model, kinds=tuple(args.hooks), note=lambda text: print(f"hookscope: {text}", file=sys.stderr)
+        args.images,
+        layers,
+        model=args.model,
+        kinds=tuple(args.hooks),
+        note=lambda text: print(f"hookscope: {text}", file=sys.stderr),
     )
     print(f"modules hooked ({'+'.join(result.kinds)}): {', '.join(result.modules)}")
     print(
@@ -769,8 +829,9 @@ def run_download(args: argparse.Namespace) -> int:
     path = None
     try:
         with sigterm_raises():  # kill PID cleans up like Ctrl-C: the partial file goes
-            path = download_weights(args.model, progress=bar, timeout=args.timeout, force=args.force,
-                                    min_rate=args.min_rate * 1000)
+            path = download_weights(
+                args.model, progress=bar, timeout=args.timeout, force=args.force, min_rate=args.min_rate * 1000
+            )
     except Terminated:
         pass
     finally:
@@ -809,8 +870,11 @@ def run_hub_download(args: argparse.Namespace) -> int:
 
     check_model_name(args.model)
     if args.force or args.min_rate != 10.0:
-        print("hookscope: --force and --min-rate are for torchvision's weights; a download from the Hugging Face Hub "
-              "checks each file against the Hub's checksum and resumes what a stopped one left", file=sys.stderr)
+        print(
+            "hookscope: --force and --min-rate are for torchvision's weights; a download from the Hugging Face Hub "
+            "checks each file against the Hub's checksum and resumes what a stopped one left",
+            file=sys.stderr,
+        )
     if args.model.startswith("timm/"):
         arch = args.model[len("timm/") :]
         label = f"{args.model}'s weights"
@@ -888,7 +952,11 @@ def run_visualize(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in Image.registered_extensions():
         raise HookscopeError(f"Cannot write '{out}': give a picture file name such as out.png.", path=str(out))
     if not out.parent.is_dir():
-        missing = f"a file is in the way: '{out.parent}'" if out.parent.exists() else f"the folder '{out.parent}' does not exist"
+        missing = (
+            f"a file is in the way: '{out.parent}'"
+            if out.parent.exists()
+            else f"the folder '{out.parent}' does not exist"
+        )
         raise HookscopeError(f"Cannot write '{out}': {missing}.", path=str(out))
     direction = load_direction(args.direction) if args.direction else None
     objective = Objective(args.layer, args.channel, direction=direction, negative=args.negative)
@@ -939,9 +1007,7 @@ def build_lessons_parser() -> argparse.ArgumentParser:
     _add_model_options(parser)
     _add_model_file_options(parser)
     parser.add_argument("--image", metavar="PATH", help="image A (default: the bundled sample photograph)")
-    parser.add_argument(
-        "--size", type=int, default=112, help="input size in pixels (default: 112; 0: the model's own)"
-    )
+    parser.add_argument("--size", type=int, default=112, help="input size in pixels (default: 112; 0: the model's own)")
     parser.add_argument("--run-all", action="store_true", help="run every lesson and print one line each")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser

@@ -52,7 +52,10 @@ def build_scan_parser() -> argparse.ArgumentParser:
                         help="rank images by the channel's maximum (default) or its mean over positions")  # fmt: skip
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (scan.json, png/)")
     parser.add_argument(
-        "--batch-size", type=_positive, default=None, metavar="N",
+        "--batch-size",
+        type=_positive,
+        default=None,
+        metavar="N",
         help=f"images per forward pass (default: {DEFAULT_BATCH}, or the most that fit in memory when fewer do: a "
         "detector's batches are large)",
     )
@@ -266,7 +269,9 @@ def run_scan_command(args: argparse.Namespace) -> int:
     skipped = f" ({len(result.skipped)} skipped)" if result.skipped else ""
     rate = result.processed / result.scan_s if result.scan_s > 0 else 0.0
     kinds = sorted({m.boxes for m in result.modules.values() if m.boxes})
-    boxes = f", boxes ({' and '.join(kinds)}) in {result.boxes_s:.1f} s" if settings.boxes else ", no boxes (--no-boxes)"
+    boxes = (
+        f", boxes ({' and '.join(kinds)}) in {result.boxes_s:.1f} s" if settings.boxes else ", no boxes (--no-boxes)"
+    )
     where = " on Ray" if args.ray is not None else ""
     print(f"{len(modules)} module{'s' if len(modules) != 1 else ''} of {loaded.display_name} over "
           f"{result.processed} images{skipped}{where}: {rate:.1f} img/s{boxes} -> {path}")  # fmt: skip

@@ -129,7 +129,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         start, status = 0, 200
         wanted = self.headers.get("Range")
         if wanted and wanted.startswith("bytes="):
-            first = wanted[len("bytes="):].split("-")[0]
+            first = wanted[len("bytes=") :].split("-")[0]
             start, status = int(first or 0), 206
         self.send_response(status)
         self.send_header("X-Repo-Commit", commit_of(repo))
@@ -188,10 +188,20 @@ def make_segformer(folder: Path) -> Path:
     from transformers import SegformerConfig, SegformerForSemanticSegmentation, SegformerImageProcessor
 
     torch.manual_seed(0)
-    config = SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
-                             patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
-                             decoder_hidden_size=16, num_labels=4,
-                             id2label={i: f"part{i}" for i in range(4)}, label2id={f"part{i}": i for i in range(4)})
+    config = SegformerConfig(
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[8, 16],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2],
+        decoder_hidden_size=16,
+        num_labels=4,
+        id2label={i: f"part{i}" for i in range(4)},
+        label2id={f"part{i}": i for i in range(4)},
+    )
     SegformerForSemanticSegmentation(config).save_pretrained(folder)
     SegformerImageProcessor(size={"height": 64, "width": 64}).save_pretrained(folder)
     return folder
@@ -208,7 +218,9 @@ def make_clip(folder: Path) -> Path:
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     # CLIP pools the text at its end token: the tokenizer must add it, as CLIP's own does.
-    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 2), ("</s>", 3)])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 2), ("</s>", 3)]
+    )
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
                             eos_token="</s>", model_max_length=16).save_pretrained(folder)  # fmt: skip
     config = CLIPConfig(

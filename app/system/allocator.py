@@ -58,5 +58,8 @@ def keep_freed_memory() -> bool:
     # otherwise open an arena of its own, and with the trim threshold above each arena keeps what its runs freed. A
     # window playing a video grew +44 MB in one step when a run landed on a new pool thread (+63 MB over 2,000
     # frames); with two arenas, +10 MB (python -m app.ui.bench_live --frames 2000).
-    return (bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-            and bool(mallopt(M_ARENA_MAX, ARENA_MAX)))
+    return (
+        bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        and bool(mallopt(M_ARENA_MAX, ARENA_MAX))
+    )

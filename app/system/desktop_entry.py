@@ -41,8 +41,10 @@ def launcher_path() -> Path:
     found = shutil.which("hookscope")
     if found:
         return Path(found).absolute()
-    raise HookscopeError("The 'hookscope' command of this installation was not found, so a menu entry would "
-                         "start nothing: install Hookscope with pip (pip install .) and try again.")
+    raise HookscopeError(
+        "The 'hookscope' command of this installation was not found, so a menu entry would "
+        "start nothing: install Hookscope with pip (pip install .) and try again."
+    )
 
 
 def quote_exec(argument: str) -> str:
@@ -50,7 +52,7 @@ def quote_exec(argument: str) -> str:
     double quotes ``"`` ` $ \\`` are escaped with a backslash, ``%`` is doubled), then escaped once more as a
     string value (every backslash doubled)."""
     quoted = argument.replace("%", "%%")
-    if any(c in quoted for c in ' \t\n"\'\\><~|&;$*?#()`='):
+    if any(c in quoted for c in " \t\n\"'\\><~|&;$*?#()`="):
         quoted = '"' + "".join("\\" + c if c in '"`$\\' else c for c in quoted) + '"'
     return quoted.replace("\\", "\\\\")
 
@@ -80,22 +82,24 @@ def unquote_exec(value: str) -> list[str]:
 
 
 def entry_text(launcher: Path, icon: Path) -> str:
-    return "\n".join([
-        "[Desktop Entry]",
-        "Type=Application",
-        "Name=Hookscope",
-        "GenericName=Neural network inspector",
-        "Comment=Look inside a PyTorch network: feature maps and gradients through real hooks",
-        f"TryExec={quote_exec(str(launcher))}",
-        f"Exec={quote_exec(str(launcher))} %F",
-        f"Icon={icon}",
-        "Terminal=false",
-        "Categories=Science;Education;Development;",
-        f"MimeType={MIME_TYPES}",
-        "Keywords=PyTorch;neural network;feature maps;hooks;Grad-CAM;",
-        "StartupNotify=true",
-        "",
-    ])
+    return "\n".join(
+        [
+            "[Desktop Entry]",
+            "Type=Application",
+            "Name=Hookscope",
+            "GenericName=Neural network inspector",
+            "Comment=Look inside a PyTorch network: feature maps and gradients through real hooks",
+            f"TryExec={quote_exec(str(launcher))}",
+            f"Exec={quote_exec(str(launcher))} %F",
+            f"Icon={icon}",
+            "Terminal=false",
+            "Categories=Science;Education;Development;",
+            f"MimeType={MIME_TYPES}",
+            "Keywords=PyTorch;neural network;feature maps;hooks;Grad-CAM;",
+            "StartupNotify=true",
+            "",
+        ]
+    )
 
 
 def _refresh(folder: Path) -> None:
@@ -107,8 +111,10 @@ def _refresh(folder: Path) -> None:
 def install_desktop_entry(folder: Path | None = None, launcher: Path | None = None) -> Path:
     """Write the entry for this installation; returns its path."""
     if not sys.platform.startswith("linux"):
-        raise HookscopeError("Menu entries are for Linux desktops: on Windows the installer adds Hookscope to the "
-                             "Start menu, on macOS drag Hookscope.app to Applications.")
+        raise HookscopeError(
+            "Menu entries are for Linux desktops: on Windows the installer adds Hookscope to the "
+            "Start menu, on macOS drag Hookscope.app to Applications."
+        )
     folder = applications_folder() if folder is None else folder
     launcher = launcher_path() if launcher is None else launcher
     if not launcher.is_file():
@@ -122,8 +128,9 @@ def install_desktop_entry(folder: Path | None = None, launcher: Path | None = No
         temporary.chmod(0o755)  # some desktops only trust entries that are executable
         os.replace(temporary, path)
     except OSError as error:
-        raise HookscopeError(f"Could not write the menu entry '{path}': {error.strerror or error}.",
-                             path=str(path)) from error
+        raise HookscopeError(
+            f"Could not write the menu entry '{path}': {error.strerror or error}.", path=str(path)
+        ) from error
     _refresh(folder)
     return path
 
@@ -137,8 +144,9 @@ def uninstall_desktop_entry(folder: Path | None = None) -> Path | None:
     try:
         path.unlink()
     except OSError as error:
-        raise HookscopeError(f"Could not remove the menu entry '{path}': {error.strerror or error}.",
-                             path=str(path)) from error
+        raise HookscopeError(
+            f"Could not remove the menu entry '{path}': {error.strerror or error}.", path=str(path)
+        ) from error
     _refresh(folder)
     return path
 
@@ -147,5 +155,5 @@ def read_exec(path: Path) -> list[str]:
     """The ``Exec`` command of an entry file, as arguments (for tests and checks)."""
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("Exec="):
-            return unquote_exec(line[len("Exec="):])
+            return unquote_exec(line[len("Exec=") :])
     raise HookscopeError(f"'{path}' has no Exec line.")

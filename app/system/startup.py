@@ -104,12 +104,16 @@ def display_problem(environ: dict[str, str] | None = None, platform: str | None 
         return None
     display = env.get("DISPLAY", "")
     if not display:
-        return ("Hookscope needs a graphical desktop and none was found (neither DISPLAY nor WAYLAND_DISPLAY is "
-                "set): start it from your desktop, or check the installation without a window with "
-                "'hookscope --self-test'.")
+        return (
+            "Hookscope needs a graphical desktop and none was found (neither DISPLAY nor WAYLAND_DISPLAY is "
+            "set): start it from your desktop, or check the installation without a window with "
+            "'hookscope --self-test'."
+        )
     if not _x_display_answers(display):
-        return (f"Hookscope cannot reach the display '{display}' (no X server answers there): start it from your "
-                "desktop, or check the installation without a window with 'hookscope --self-test'.")
+        return (
+            f"Hookscope cannot reach the display '{display}' (no X server answers there): start it from your "
+            "desktop, or check the installation without a window with 'hookscope --self-test'."
+        )
     return None
 
 
@@ -153,11 +157,15 @@ def qt_fatal_summary(message: str, notes: list[str]) -> str:
     said = " ".join(notes + [message])
     if "could not connect to display" in said:
         display = os.environ.get("DISPLAY", "")
-        return (f"Qt could not connect to the display '{display}': start Hookscope from your desktop, or check "
-                "the installation without a window with 'hookscope --self-test'.")
+        return (
+            f"Qt could not connect to the display '{display}': start Hookscope from your desktop, or check "
+            "the installation without a window with 'hookscope --self-test'."
+        )
     if "xcb-cursor0 or libxcb-cursor0 is needed" in said and not cursor_library_bundled():
-        return ("Qt's window plugin needs the X11 cursor library: install it once (Debian and Ubuntu: "
-                "sudo apt-get install libxcb-cursor0) and start Hookscope again.")
+        return (
+            "Qt's window plugin needs the X11 cursor library: install it once (Debian and Ubuntu: "
+            "sudo apt-get install libxcb-cursor0) and start Hookscope again."
+        )
     first = next((line.strip() for line in message.splitlines() if line.strip()), "no reason given")
     return f"Qt could not open a window ({first})."
 

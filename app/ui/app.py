@@ -146,8 +146,13 @@ TICK_NAMES = {"in": "pre", "act": "forward", "grad": "tensor", "gradin": "grad_i
 def parse_size(text: str) -> tuple[int, int]:
     """``1366x768`` as (width, height); a clear error for anything else."""
     width, sep, height = text.lower().partition("x")
-    if not sep or not width.isdigit() or not height.isdigit() or not (320 <= int(width) <= 8192) \
-            or not (240 <= int(height) <= 8192):
+    if (
+        not sep
+        or not width.isdigit()
+        or not height.isdigit()
+        or not (320 <= int(width) <= 8192)
+        or not (240 <= int(height) <= 8192)
+    ):
         raise HookscopeError(f"--size takes WIDTHxHEIGHT in pixels, e.g. 1366x768 (not '{text}').")
     return int(width), int(height)
 
@@ -162,8 +167,14 @@ def parse_ticks(text: str) -> tuple[str, ...]:
 
 
 def take_screenshot(
-    out: str, image: str | None, model: str | None, weights: str, device: str, check: list[str] | None,
-    size: tuple[int, int] = SCREENSHOT_SIZE, ticks: tuple[str, ...] = CHECK_KINDS,
+    out: str,
+    image: str | None,
+    model: str | None,
+    weights: str,
+    device: str,
+    check: list[str] | None,
+    size: tuple[int, int] = SCREENSHOT_SIZE,
+    ticks: tuple[str, ...] = CHECK_KINDS,
 ) -> int:
     """Open the real window at ``size``, tick ``check`` (the ``ticks`` columns) as a click would, wait, save."""
     name = _check_model(model)
@@ -223,8 +234,9 @@ def run_self_test() -> int:
             loaded = space.loaded
             ticked = space.ticked_pairs()
             filled = [p for p in window.panel_area.panels.values() if p.picture is not None]
-            empty = sorted(f"{kind}:{path}" for path, kind in ticked
-                           if not any(p.path == path and p.kind == kind for p in filled))
+            empty = sorted(
+                f"{kind}:{path}" for path, kind in ticked if not any(p.path == path and p.kind == kind for p in filled)
+            )
             if not ticked:
                 problems.append("no module was ticked")
             if empty:
@@ -288,8 +300,9 @@ def run_gui(
         return run_self_test()
     kinds = parse_ticks(ticks) if ticks else CHECK_KINDS
     if screenshot:
-        return take_screenshot(screenshot, image, model, weights, device, check,
-                               parse_size(size) if size else SCREENSHOT_SIZE, kinds)
+        return take_screenshot(
+            screenshot, image, model, weights, device, check, parse_size(size) if size else SCREENSHOT_SIZE, kinds
+        )
     problem = display_problem()
     if problem:  # QApplication would abort here with a misleading message and no window to show it in
         return report_startup_error(problem)
@@ -324,8 +337,9 @@ def end_despite_stuck_workers(code: int, wait_ms: int = 300) -> int:
     if pool.activeThreadCount() == 0 or pool.waitForDone(wait_ms):
         return code
     if sys.stderr is not None:
-        sys.stderr.write("hookscope: a background task (a model still loading?) did not finish; "
-                         "ending without waiting for it\n")
+        sys.stderr.write(
+            "hookscope: a background task (a model still loading?) did not finish; ending without waiting for it\n"
+        )
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

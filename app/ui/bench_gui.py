@@ -275,30 +275,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         wait_for_run(window)
         settle(300)
         t = dict(window.last_timings)
-        every.append((t["prepare_ms"] + t["apply_ms"] + paint_each_panel(window, targets))
-                     / (t["forward_ms"] + t["backward_ms"]))
+        every.append(
+            (t["prepare_ms"] + t["apply_ms"] + paint_each_panel(window, targets)) / (t["forward_ms"] + t["backward_ms"])
+        )
     window.workspace.hidden_panels = follows_screen
     jump_ms, page_ms = scroll_latencies(window)
     _close(window)
 
-    print(f"{args.model} on {args.device}, {len(paths)} modules ticked for activations and gradients "
-          f"({' and '.join(kinds)} hooks; {records} records, {panels} panels), window {WINDOW_SIZE[0]}x"
-          f"{WINDOW_SIZE[1]}, {args.runs} runs:")
+    print(
+        f"{args.model} on {args.device}, {len(paths)} modules ticked for activations and gradients "
+        f"({' and '.join(kinds)} hooks; {records} records, {panels} panels), window {WINDOW_SIZE[0]}x"
+        f"{WINDOW_SIZE[1]}, {args.runs} runs:"
+    )
     for n, (run, prepare, apply, visible, shown, stall, left) in enumerate(rows, 1):
-        print(f"  run {n}: forward+backward {run:7.1f} ms | render as the window paints {shown:6.1f} ms (prepare "
-              f"{prepare:.1f} + update {apply:.1f} + paint {visible:.1f}; {records - left} of {records} pictures "
-              f"made, the rest when scrolled in) = {shown / run:6.1%} | longest stall {stall:5.1f} ms")
+        print(
+            f"  run {n}: forward+backward {run:7.1f} ms | render as the window paints {shown:6.1f} ms (prepare "
+            f"{prepare:.1f} + update {apply:.1f} + paint {visible:.1f}; {records - left} of {records} pictures "
+            f"made, the rest when scrolled in) = {shown / run:6.1%} | longest stall {stall:5.1f} ms"
+        )
     shown_ratio = statistics.median(r[4] / r[0] for r in rows)
     worst = max(r[5] for r in rows)
-    print(f"render as the window paints / (forward+backward), median: {shown_ratio:.1%} "
-          f"(target <= {RENDER_TARGET:.0%})")
+    print(
+        f"render as the window paints / (forward+backward), median: {shown_ratio:.1%} (target <= {RENDER_TARGET:.0%})"
+    )
     print(f"  for comparison, every one of the {panels} panels prepared and painted: {statistics.median(every):.1%}")
-    print(f"a card scrolled into view shows its picture: {page_ms:.1f} ms scrolling a page at a time (worst page), "
-          f"{jump_ms:.1f} ms after a jump to the end of the page (target <= {SCROLL_TARGET_MS:.0f} ms)")
+    print(
+        f"a card scrolled into view shows its picture: {page_ms:.1f} ms scrolling a page at a time (worst page), "
+        f"{jump_ms:.1f} ms after a jump to the end of the page (target <= {SCROLL_TARGET_MS:.0f} ms)"
+    )
     print(f"longest event-loop stall during a run: {worst:.1f} ms (target <= 100 ms)")
-    print(f"ticking all {len(paths)} modules at once (hooks on, the first of {panels} new panels built, the rest a "
-          f"few per turn of the event loop): {tick_ms:.0f} ms on the GUI thread; longest stall from that tick to "
-          f"the end of the first hooked run: {first_stall:.1f} ms")
+    print(
+        f"ticking all {len(paths)} modules at once (hooks on, the first of {panels} new panels built, the rest a "
+        f"few per turn of the event loop): {tick_ms:.0f} ms on the GUI thread; longest stall from that tick to "
+        f"the end of the first hooked run: {first_stall:.1f} ms"
+    )
     print("one panel, 64 vs 2048 channels (median of 10):")
     for line in compare_channel_counts():
         print(line)

@@ -216,12 +216,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     times = [t for t, _, _ in timed]
     run_spans = [done - max(a for a in asked if a < done) for done in times[1:]]
     gaps = [min((a for a in asked if a > done), default=done) - done for done in times[:-1]]
-    print(f"  asked -> on screen {statistics.median(run_spans) * 1000:.1f} ms, on screen -> next asked "
-          f"{statistics.median(gaps) * 1000:.1f} ms (medians)")
-    print(f"  CPU time a frame, all threads: {marks['cpu']:.1f} ms (of which the GUI thread {marks['gui_cpu']:.1f} ms); "
-          f"a bare run: {statistics.median(bare_cpu):.1f} ms")
+    print(
+        f"  asked -> on screen {statistics.median(run_spans) * 1000:.1f} ms, on screen -> next asked "
+        f"{statistics.median(gaps) * 1000:.1f} ms (medians)"
+    )
+    print(
+        f"  CPU time a frame, all threads: {marks['cpu']:.1f} ms (of which the GUI thread {marks['gui_cpu']:.1f} ms); "
+        f"a bare run: {statistics.median(bare_cpu):.1f} ms"
+    )
     print(f"processed / model alone: {processed / engine:.3f} (target >= {RATIO_TARGET})")
-    print(f"longest event-loop stall while the video played: {marks['stall']:.1f} ms (target <= {STALL_TARGET_MS:.0f} ms)")
+    print(
+        f"longest event-loop stall while the video played: {marks['stall']:.1f} ms (target <= {STALL_TARGET_MS:.0f} ms)"
+    )
     grown = memory[-1][1] - memory[0][1]
     print(f"resident memory over {args.frames} frames: {memory[0][1]:.0f} -> {memory[-1][1]:.0f} MB ({grown:+.0f} MB; "
           f"target <= +{MEMORY_TARGET_MB:.0f} MB over 2,000 frames); by frame: "

@@ -65,8 +65,11 @@ from app.ui.widgets.panel_area import PanelArea
 from app.ui.widgets.predictions import PredictionsPanel
 from app.ui.widgets.segmentation_legend import class_colours, mask_data, mask_lut, most_common_class
 
-AREAS = {"left": Qt.DockWidgetArea.LeftDockWidgetArea, "right": Qt.DockWidgetArea.RightDockWidgetArea,
-         "bottom": Qt.DockWidgetArea.BottomDockWidgetArea}
+AREAS = {
+    "left": Qt.DockWidgetArea.LeftDockWidgetArea,
+    "right": Qt.DockWidgetArea.RightDockWidgetArea,
+    "bottom": Qt.DockWidgetArea.BottomDockWidgetArea,
+}
 TICK_KINDS = ("forward", "pre", "tensor", "grad_input")  # the tree's Act, In, Grad and Grad in columns
 # The cards keep at least this share of the window's height, and never less than CARD_MIN_HEIGHT px, whatever opens
 # below them: at 1024x700 the Channel view and the Top images once left them 190 px.
@@ -151,8 +154,9 @@ class MainWindow(QMainWindow):
         self.panel_area.channel_clicked.connect(self.open_channel)
         self.panel_area.channel_menu_requested.connect(self._tile_menu)
         self.panel_area.settings_changed.connect(space.set_panel_settings)
-        self.panel_area.message.connect(lambda text, error: self.show_error(text) if error else
-                                        self.statusBar().showMessage(text, 6000))
+        self.panel_area.message.connect(
+            lambda text, error: self.show_error(text) if error else self.statusBar().showMessage(text, 6000)
+        )
         space.view_size = self.panel_area.view_size
         space.hidden_panels = self._hidden_panels
         self.panel_area.pictures_wanted.connect(space.prepare_pictures)
@@ -231,7 +235,9 @@ class MainWindow(QMainWindow):
         self._busy_bar_timer = QTimer(self)
         self._busy_bar_timer.setSingleShot(True)
         self._busy_bar_timer.setInterval(BUSY_BAR_DELAY_MS)
-        self._busy_bar_timer.timeout.connect(lambda: self.busy_bar.setVisible(not self._closing and space.scheduler.busy))
+        self._busy_bar_timer.timeout.connect(
+            lambda: self.busy_bar.setVisible(not self._closing and space.scheduler.busy)
+        )
         space.busy_changed.connect(self._on_busy_changed)
         space.status.connect(lambda text, ms: self.statusBar().showMessage(text, ms))
         space.error.connect(self.show_error)
@@ -254,9 +260,11 @@ class MainWindow(QMainWindow):
             frame.setWidget(widget)
             widget = frame
         dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable
-                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+            | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
         self.addDockWidget(AREAS[spec.area], dock)
         side_stack = next((self._docks[i] for i, other in self._specs.items() if other.area == SIDE_AREA), None)
         if spec.tab_with in self._docks:
@@ -276,9 +284,16 @@ class MainWindow(QMainWindow):
 
     def _add_dock_toggle(self, dock_id: str) -> None:
         """Every dock can be shown again from View (closing one never loses it)."""
-        self.menus.add_existing(ActionSpec(f"view.dock.{dock_id}", self._docks[dock_id].windowTitle(), "View",
-                                           group=90, order=len(self.menus.actions)),
-                                self._docks[dock_id].toggleViewAction())
+        self.menus.add_existing(
+            ActionSpec(
+                f"view.dock.{dock_id}",
+                self._docks[dock_id].windowTitle(),
+                "View",
+                group=90,
+                order=len(self.menus.actions),
+            ),
+            self._docks[dock_id].toggleViewAction(),
+        )
 
     def dock(self, dock_id: str) -> QDockWidget:
         return self._docks[dock_id]
@@ -384,8 +399,9 @@ class MainWindow(QMainWindow):
         self.predictions.detection.show_count(len(self.input_panel.detections.shown), len(boxes))
         if task == "embedding":
             image_b = space.image_b
-            self.predictions.similarity.configure(image_b is not None and bool(image_b.path),
-                                                  loaded is not None and loaded.text_embedder is not None)
+            self.predictions.similarity.configure(
+                image_b is not None and bool(image_b.path), loaded is not None and loaded.text_embedder is not None
+            )
             self.predictions.similarity.show_score(self._similarity_text(outcome))
 
     def _similarity_text(self, outcome: RunOutcome) -> str:
@@ -420,8 +436,9 @@ class MainWindow(QMainWindow):
     def _similarity_to_image_b(self) -> None:
         image_b = self.workspace.image_b
         if image_b is None or not image_b.path:
-            self.show_error("Open an image B first (File > Open image B…): its embedding is compared with A's.",
-                            dialog=False)
+            self.show_error(
+                "Open an image B first (File > Open image B…): its embedding is compared with A's.", dialog=False
+            )
             return
         self.workspace.set_target(f"similar:{image_b.path}")
 
@@ -440,10 +457,14 @@ class MainWindow(QMainWindow):
         start = time.perf_counter()
         space = self.workspace
         result = outcome.result
-        self.panel_area.show_results(outcome.pictures, space.ticked_pairs(), space.missing_reason,
-                                     space.settings_for,
-                                     views=outcome.comparison.views if outcome.comparison is not None else None,
-                                     deferred=outcome.deferred)
+        self.panel_area.show_results(
+            outcome.pictures,
+            space.ticked_pairs(),
+            space.missing_reason,
+            space.settings_for,
+            views=outcome.comparison.views if outcome.comparison is not None else None,
+            deferred=outcome.deferred,
+        )
         self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name)
         target_text = result.target
         categories = space.loaded.categories if space.loaded else None
@@ -456,11 +477,14 @@ class MainWindow(QMainWindow):
         comparison = outcome.comparison
         self.predictions.show_side_by_side(
             (outcome.image.name, result.top5, outcome.image_b.name, comparison.result.top5)
-            if comparison is not None and outcome.image_b is not None else None)
+            if comparison is not None and outcome.image_b is not None
+            else None
+        )
         self._show_task(outcome)
         self.tree_model.set_survey(result.survey)
-        if self._docks["channel"].isVisible() and not self.channel_view.refresh(outcome.pictures,
-                                                                                 outcome.input_display):
+        if self._docks["channel"].isVisible() and not self.channel_view.refresh(
+            outcome.pictures, outcome.input_display
+        ):
             self._docks["channel"].setVisible(False)
         if outcome.image.path and self.remembers:
             self._push_recent(outcome.image.path)
@@ -472,12 +496,15 @@ class MainWindow(QMainWindow):
                 self.run_finished.emit()
                 return
             self._frame_lines_at = time.monotonic()
-        self.timing_label.setText(f"{result.device} · forward {t['forward_ms']:.0f} ms · backward "
-                                  f"{t['backward_ms']:.0f} ms · render {t['prepare_ms'] + apply_ms:.0f} ms")
+        self.timing_label.setText(
+            f"{result.device} · forward {t['forward_ms']:.0f} ms · backward "
+            f"{t['backward_ms']:.0f} ms · render {t['prepare_ms'] + apply_ms:.0f} ms"
+        )
         self.timing_label.setToolTip(
             f"read + preprocess {t['read_ms']:.0f} ms\nforward {t['forward_ms']:.1f} ms\n"
             f"backward {t['backward_ms']:.1f} ms\nprepare pictures (worker) {t['prepare_ms']:.1f} ms\n"
-            f"update panels (GUI) {apply_ms:.1f} ms\n{len(result.records)} records")
+            f"update panels (GUI) {apply_ms:.1f} ms\n{len(result.records)} records"
+        )
         line = f"{outcome.image.name}: {len(result.records)} records"
         if outcome.image.frame and not space.model_message:
             self.run_finished.emit()
@@ -532,10 +559,12 @@ class MainWindow(QMainWindow):
             for kind in TICK_KINDS:
                 pairs = [(p, kind) for p in paths]
                 menu.addAction(f"Tick {KIND_LABELS[kind]} of every {node.type_name} ({len(paths)})").triggered.connect(
-                    lambda *_, pairs=pairs: self.workspace.set_ticked(pairs, True))
+                    lambda *_, pairs=pairs: self.workspace.set_ticked(pairs, True)
+                )
             every = [(p, k) for p in paths for k in TICK_KINDS]
             menu.addAction(f"Untick every {node.type_name}").triggered.connect(
-                lambda *_, pairs=every: self.workspace.set_ticked(pairs, False))
+                lambda *_, pairs=every: self.workspace.set_ticked(pairs, False)
+            )
             for entries in self._module_menus:
                 menu.addSeparator()
                 entries(menu, path)
@@ -570,7 +599,7 @@ class MainWindow(QMainWindow):
         self.chooser.show_weights(self.workspace.weights, getattr(loaded, "weights_text", "") if loaded else "")
 
     def _update_title(self) -> None:
-        """"model — image — Hookscope": the application's name once, last. Qt appends the application's display
+        """ "model — image — Hookscope": the application's name once, last. Qt appends the application's display
         name to a title that does not already end with it, which is how the name once appeared twice."""
         space = self.workspace
         parts = []
@@ -672,8 +701,10 @@ class MainWindow(QMainWindow):
         self._fitted_size = size
         frame = QRect(self.frameGeometry().topLeft(), size + extra)
         if not area.contains(frame):  # restored where another monitor was: moved onto this one
-            self.move(min(max(frame.x(), area.left()), area.left() + area.width() - frame.width()),
-                      min(max(frame.y(), area.top()), area.top() + area.height() - frame.height()))
+            self.move(
+                min(max(frame.x(), area.left()), area.left() + area.width() - frame.width()),
+                min(max(frame.y(), area.top()), area.top() + area.height() - frame.height()),
+            )
 
     def fit_docks(self) -> None:
         """Side columns in proportion to the window, so the panels keep most of a laptop screen: at 1024 px the
@@ -683,13 +714,22 @@ class MainWindow(QMainWindow):
         right = int(min(max(width * 0.2, 230), 380))
         self.resizeDocks([self._docks["modules"], self._docks["input"]], [left, right], Qt.Orientation.Horizontal)
         height = self.height()
-        self.resizeDocks([self._docks["input"], self._docks["predictions"]],
-                         [int(height * 0.6), int(height * 0.4)], Qt.Orientation.Vertical)
-        below = [dock for dock_id, dock in self._docks.items() if dock_id != "modules"
-                 and self.dockWidgetArea(dock) == Qt.DockWidgetArea.LeftDockWidgetArea and not dock.isFloating()]
+        self.resizeDocks(
+            [self._docks["input"], self._docks["predictions"]],
+            [int(height * 0.6), int(height * 0.4)],
+            Qt.Orientation.Vertical,
+        )
+        below = [
+            dock
+            for dock_id, dock in self._docks.items()
+            if dock_id != "modules"
+            and self.dockWidgetArea(dock) == Qt.DockWidgetArea.LeftDockWidgetArea
+            and not dock.isFloating()
+        ]
         if below:  # the module tree keeps most of the left column; what sits under it (interventions) the rest
-            self.resizeDocks([self._docks["modules"], below[0]], [int(height * 0.62), int(height * 0.38)],
-                             Qt.Orientation.Vertical)
+            self.resizeDocks(
+                [self._docks["modules"], below[0]], [int(height * 0.62), int(height * 0.38)], Qt.Orientation.Vertical
+            )
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
@@ -716,8 +756,9 @@ class MainWindow(QMainWindow):
         frame = self.frameGeometry()
         screen = self.screen()
         origin = screen.geometry().topLeft()
-        return screen.grabWindow(0, frame.x() - origin.x(), frame.y() - origin.y(), frame.width(),
-                                 frame.height()).save(path)
+        return screen.grabWindow(0, frame.x() - origin.x(), frame.y() - origin.y(), frame.width(), frame.height()).save(
+            path
+        )
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()
@@ -739,4 +780,3 @@ class MainWindow(QMainWindow):
             settings = app_settings()
             settings.setValue("window/geometry", self.saveGeometry())
             settings.setValue("window/state", self.saveState(STATE_VERSION))
-

@@ -19,8 +19,13 @@ WARNING_TEXT = "#ffe9a8"
 ERROR_TEXT = "#ff9b8f"
 # The Grad column's chip keeps the gradients' orange now that it is a tensor hook; a full backward hook's
 # grad_output (--hooks backward) is purple, grad_input (the Grad in column) rose.
-KIND_COLORS = {"pre": "#3f9a6b", "forward": "#3d7fc2", "tensor": "#c7772e", "backward": "#a35fc0",
-               "grad_input": "#c2506e"}
+KIND_COLORS = {
+    "pre": "#3f9a6b",
+    "forward": "#3d7fc2",
+    "tensor": "#c7772e",
+    "backward": "#a35fc0",
+    "grad_input": "#c2506e",
+}
 
 STYLE = f"""
 QToolTip {{ color: {TEXT}; background: {PANEL}; border: 1px solid {BORDER}; padding: 4px; }}

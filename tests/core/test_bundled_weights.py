@@ -83,21 +83,36 @@ def test_the_app_finds_installed_weights_where_it_looks_for_them(tmp_path: Path)
         f"installed = install_bundled_weights(Path({str(shipped.parent)!r}))\n"
         "print(installed[0].parent == default_weights_file('resnet18').parent, installed[0].is_file())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "TORCH_HOME": str(tmp_path / "torch")}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TORCH_HOME": str(tmp_path / "torch")},
+        timeout=120,
+    )
     assert done.stdout.strip() == "True True", done.stderr
     assert (tmp_path / "torch" / "hub" / "checkpoints" / shipped.name).is_file()
 
 
 def test_the_build_command_exits_1_on_a_damaged_file_and_0_when_not_cached(tmp_path: Path) -> None:
     env = {**os.environ, "TORCH_HOME": str(tmp_path / "torch")}
-    done = subprocess.run([sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0 and "no pretrained weights" in done.stderr
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "resnet18-f37072fd.pth").write_bytes(b"not the real file")
-    done = subprocess.run([sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "does not match the SHA-256 in its name" in done.stderr

@@ -17,16 +17,25 @@ SAMPLE = ROOT / "resources" / "chelsea.png"
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_export_writes_manifest_arrays_and_pngs(tmp_path):
     out = tmp_path / "out"
     done = hookscope(
-        "export", "--model", "resnet18", "--weights", "none", "--image", str(SAMPLE), "--layers", "conv1,bn1,layer1.0.relu,layer1",
-        "--hooks", "forward,pre,backward,tensor", "--out", str(out),
+        "export",
+        "--model",
+        "resnet18",
+        "--weights",
+        "none",
+        "--image",
+        str(SAMPLE),
+        "--layers",
+        "conv1,bn1,layer1.0.relu,layer1",
+        "--hooks",
+        "forward,pre,backward,tensor",
+        "--out",
+        str(out),
     )
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
@@ -58,7 +67,16 @@ def test_export_writes_manifest_arrays_and_pngs(tmp_path):
 def test_export_several_images_gets_one_folder_each(tmp_path):
     coffee = ROOT / "resources" / "coffee.png"
     done = hookscope(
-        "export", "--image", str(SAMPLE), "--image", str(coffee), "--layers", "layer4", "--no-png", "--out", str(tmp_path)
+        "export",
+        "--image",
+        str(SAMPLE),
+        "--image",
+        str(coffee),
+        "--layers",
+        "layer4",
+        "--no-png",
+        "--out",
+        str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
     for name in ("chelsea", "coffee"):

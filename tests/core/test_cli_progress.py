@@ -95,7 +95,9 @@ def test_echo_clears_the_terminal_line_and_the_next_update_draws_it_again(capsys
     assert re.fullmatch(r"\rlessons: 0/9 [^\r]*\r +\r\rlessons: 1/9 [^\r\n]*\n", drawn), repr(drawn)
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0.2, "<1 s"), (42.4, "42 s"), (185, "3 min 05 s"), (7620, "2 h 07 min")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0.2, "<1 s"), (42.4, "42 s"), (185, "3 min 05 s"), (7620, "2 h 07 min")]
+)
 def test_durations_read_as_a_person_says_them(seconds, text):
     assert format_duration(seconds) == text
 

@@ -51,7 +51,9 @@ def _run(loaded, photo, device, edits=()):
             registry.add_edit(parse_edit(spec))
         result = run_image(one, registry, photo, device=device)
         cam = run_grad_cam(result, "layer4")
-    hooks_left = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in module.modules())
+    hooks_left = sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in module.modules()
+    )
     return result, cam, hooks_left
 
 
@@ -78,11 +80,34 @@ def test_the_command_line_runs_on_cuda(tmp_path, photo):
         pixels = np.random.default_rng(k).integers(0, 256, (70, 80, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(folder / f"{k}.png")
     out = tmp_path / "out"
-    done = _cli("export", "--image", str(photo), "--layers", "layer1,layer4", "--device", "cuda", "--out",
-                str(out / "export"), "--weights", "none")
+    done = _cli(
+        "export",
+        "--image",
+        str(photo),
+        "--layers",
+        "layer1,layer4",
+        "--device",
+        "cuda",
+        "--out",
+        str(out / "export"),
+        "--weights",
+        "none",
+    )
     assert done.returncode == 0, done.stderr
-    done = _cli("scan", "--images", str(folder), "--layers", "layer2", "--device", "cuda", "--out",
-                str(out / "scan"), "--weights", "none", "--no-boxes")
+    done = _cli(
+        "scan",
+        "--images",
+        str(folder),
+        "--layers",
+        "layer2",
+        "--device",
+        "cuda",
+        "--out",
+        str(out / "scan"),
+        "--weights",
+        "none",
+        "--no-boxes",
+    )
     assert done.returncode == 0, done.stderr
     assert (out / "scan" / "scan.json").exists()
 
@@ -92,8 +117,19 @@ def test_live_plays_a_video_through_the_hooks_on_cuda(tmp_path):
     from video_files import write_video  # skips without OpenCV
 
     video = write_video(tmp_path / "clip.avi", frames=30, size=(96, 80))
-    done = _cli("live", "--video", str(video), "--layers", "layer1,layer2,layer3,layer4", "--frames", "30",
-                "--device", "cuda", "--weights", "none")
+    done = _cli(
+        "live",
+        "--video",
+        str(video),
+        "--layers",
+        "layer1,layer2,layer3,layer4",
+        "--frames",
+        "30",
+        "--device",
+        "cuda",
+        "--weights",
+        "none",
+    )
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert "on cuda" in said and "processed/model" in said, said

@@ -95,19 +95,21 @@ def test_exec_quoting_round_trips(argument: str) -> None:
 def test_exec_quoting_follows_the_specification() -> None:
     assert quote_exec("/opt/hookscope/hookscope") == "/opt/hookscope/hookscope"
     assert quote_exec("/home/a b/hookscope") == '"/home/a b/hookscope"'
-    assert quote_exec('/x/$y') == '"/x/\\\\$y"'  # \$ inside quotes, then the backslash escaped as a string
+    assert quote_exec("/x/$y") == '"/x/\\\\$y"'  # \$ inside quotes, then the backslash escaped as a string
 
 
 @linux_only
 def test_the_command_line_flags_install_and_remove_the_entry(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
     code = "from app.cli import main; raise SystemExit(main())"
-    done = subprocess.run([sys.executable, "-c", code, "--install-desktop-entry"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--install-desktop-entry"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     entry = tmp_path / "applications" / ENTRY_NAME
     assert done.stdout.strip() == f"hookscope: menu entry written: {entry}"
     assert Path(read_exec(entry)[0]).is_file()
-    done = subprocess.run([sys.executable, "-c", code, "--uninstall-desktop-entry"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--uninstall-desktop-entry"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0 and not entry.exists()

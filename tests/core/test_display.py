@@ -141,10 +141,12 @@ def test_the_device_mosaic_of_channels_with_nan_inf_and_flat_values() -> None:
     cleaned = np.nan_to_num(array[0], nan=0.0, posinf=0.0, neginf=0.0)
     for scaling in ("channel", "shared"):
         for step in (1, 2, 4):
-            np.testing.assert_array_equal(device_mosaic(channels, scaling, None, step)[0],
-                                          mosaic(cleaned, scaling, step=step)[0])
-            np.testing.assert_array_equal(draw_mosaic(channels, scaling, None, step)[0],
-                                          mosaic(cleaned, scaling, step=step)[0])
+            np.testing.assert_array_equal(
+                device_mosaic(channels, scaling, None, step)[0], mosaic(cleaned, scaling, step=step)[0]
+            )
+            np.testing.assert_array_equal(
+                draw_mosaic(channels, scaling, None, step)[0], mosaic(cleaned, scaling, step=step)[0]
+            )
 
 
 @pytest.mark.parametrize("shape", [(1, 197, 12), (7, 7, 30), (1, 2, 3, 6, 5)], ids=["tokens", "channels last", "5-d"])
@@ -156,8 +158,9 @@ def test_strided_views_are_drawn_without_a_copy_first(shape: tuple[int, ...]) ->
     expected = _numpy_picture(array, False).data
     for step in (1, 2, 3):
         order = np.arange(expected.shape[0])[::-1]
-        np.testing.assert_array_equal(device_mosaic(channels, "channel", order, step)[0],
-                                      mosaic(expected, "channel", order=order, step=step)[0])
+        np.testing.assert_array_equal(
+            device_mosaic(channels, "channel", order, step)[0], mosaic(expected, "channel", order=order, step=step)[0]
+        )
 
 
 def test_draw_mosaic_checks_what_it_is_given() -> None:
@@ -224,7 +227,7 @@ def _signed_reference(maps: np.ndarray, scaling: str, order: np.ndarray | None, 
     for tile, channel in enumerate(index):
         row, col = divmod(tile, cols)
         scaled = maps[channel] * scale[channel] + np.float32(128.5)
-        picture[row * (h + pad): row * (h + pad) + h, col * (w + pad): col * (w + pad) + w] = np.clip(scaled, 1, 255)
+        picture[row * (h + pad) : row * (h + pad) + h, col * (w + pad) : col * (w + pad) + w] = np.clip(scaled, 1, 255)
     return picture
 
 

@@ -78,12 +78,14 @@ def test_a_trickle_gives_up_with_a_clear_sentence_and_leaves_nothing(trickle, hu
     progress = []
     start = time.monotonic()
     with pytest.raises(WeightsDownloadError) as error:
-        download_to_cache(f"{trickle.base}/{name}", progress=lambda *a: progress.append(a), timeout=5,
-                          min_rate=1000, rate_window=1.0)
+        download_to_cache(
+            f"{trickle.base}/{name}", progress=lambda *a: progress.append(a), timeout=5, min_rate=1000, rate_window=1.0
+        )
     elapsed = time.monotonic() - start
     message = str(error.value)
-    assert message.startswith(f"The download of {name} from 127.0.0.1:{trickle.server_address[1]} is too slow "
-                              "to finish (")
+    assert message.startswith(
+        f"The download of {name} from 127.0.0.1:{trickle.server_address[1]} is too slow to finish ("
+    )
     assert "bytes in the last 1 s, under the 1 kB/s minimum; the remaining" in message
     assert "would take" in message and "nothing was saved to the cache" in message and "\n" not in message
     assert 1.0 <= elapsed < 4.0  # after one window, not after the body or a timeout
@@ -118,10 +120,20 @@ def test_sigterm_removes_the_partial_file(trickle, tmp_path):
     name = os.path.basename(torchvision.models.get_model_weights(MODEL).DEFAULT.url)
     trickle.files[f"/m/{name}"] = (b"p" * 5_000_000, 4096, 0.02)  # ~200 kB/s: minutes for 5 MB
     checkpoints = tmp_path / "torch" / "hub" / "checkpoints"
-    env = {**os.environ, "TORCH_HOME": str(tmp_path / "torch"), WEIGHTS_URL_ENV: trickle.base + "/m",
-           "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "app", "download", "--model", MODEL], env=env, cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "TORCH_HOME": str(tmp_path / "torch"),
+        WEIGHTS_URL_ENV: trickle.base + "/m",
+        "PYTHONPATH": str(ROOT),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "download", "--model", MODEL],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         partial: list[Path] = []

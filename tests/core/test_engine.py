@@ -233,7 +233,16 @@ def test_structured_outputs_keep_one_record_per_leaf():
         registry.add(path, "backward")
     result = capture_run(model, registry, torch.randn(1, 3, 8, 8))
     forward = {r.key for r in result.of_kind("forward")}
-    assert forward == {"tup/0", "tup/2", "dict/a", "dict/b.0", "named/left", "named/right", "data/features", "data/extra.0"}
+    assert forward == {
+        "tup/0",
+        "tup/2",
+        "dict/a",
+        "dict/b.0",
+        "named/left",
+        "named/right",
+        "data/features",
+        "data/extra.0",
+    }
     backward = {r.key for r in result.of_kind("backward")}
     assert {"tup/0", "tup/2", "dict/a", "named/left", "data/features"} <= backward
     methods = {h.path: h.method for h in registry.handles() if h.kind == "backward"}

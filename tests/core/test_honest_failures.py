@@ -34,7 +34,7 @@ from app.core.engine.pipeline import ModelSource, open_model, run_image
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
 
-MODELS = '''
+MODELS = """
 import sys
 
 import torch
@@ -91,7 +91,7 @@ def nan_weights():
 
 def fine():
     return Small()
-'''
+"""
 
 
 @pytest.fixture
@@ -147,13 +147,16 @@ def test_sys_exit_in_forward_does_not_end_hookscope(model_py, tmp_path, capsys) 
     ]
 
 
-def test_an_in_place_op_that_breaks_autograd_is_the_models_failure_in_the_backward_pass(model_py, tmp_path,
-                                                                                        capsys) -> None:
+def test_an_in_place_op_that_breaks_autograd_is_the_models_failure_in_the_backward_pass(
+    model_py, tmp_path, capsys
+) -> None:
     assert export(model_py, "inplace", tmp_path / "out") == 2
     lines = error_lines(capsys.readouterr().err)
     assert len(lines) == 1
-    assert lines[0].startswith("hookscope: error: The model raised during its backward pass: RuntimeError: one of the "
-                               "variables needed for gradient computation has been modified by an inplace operation")
+    assert lines[0].startswith(
+        "hookscope: error: The model raised during its backward pass: RuntimeError: one of the "
+        "variables needed for gradient computation has been modified by an inplace operation"
+    )
     assert "in-place operation in the model's own code" in lines[0] and "anomaly detection" not in lines[0]
 
 

@@ -116,8 +116,11 @@ def small_disk(tmp_path):
 
     def resize(size: int) -> Path:
         option = f"remount,size={size}" if os.path.ismount(where) else f"size={size}"
-        command = ["mount", "-o", option, str(where)] if os.path.ismount(where) else ["mount", "-t", "tmpfs", "-o",
-                                                                                        option, "tmpfs", str(where)]
+        command = (
+            ["mount", "-o", option, str(where)]
+            if os.path.ismount(where)
+            else ["mount", "-t", "tmpfs", "-o", option, "tmpfs", str(where)]
+        )
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
@@ -428,9 +431,11 @@ def test_the_script_says_what_is_wrong_in_one_line(hostile_script, tmp_path, dam
     assert done.returncode == 2
     lines = error_lines(done.stderr)
     assert len(lines) == 1 and lines[0].startswith("run.py: error: ") and "Traceback" not in done.stderr, lines
-    expected = {"missing folder": f"the folder {str(tmp_path / 'missing')!r} does not exist",
-                "unreadable image": f"cannot read the image {str(model)!r}",
-                "deleted model file": f"cannot build the model: No such file or directory: {str(model)!r}"}[damage]
+    expected = {
+        "missing folder": f"the folder {str(tmp_path / 'missing')!r} does not exist",
+        "unreadable image": f"cannot read the image {str(model)!r}",
+        "deleted model file": f"cannot build the model: No such file or directory: {str(model)!r}",
+    }[damage]
     assert expected in lines[0]
     assert not (tmp_path / "missing").exists()
 
@@ -443,13 +448,17 @@ def test_the_script_says_what_is_wrong_in_one_line(hostile_script, tmp_path, dam
 def test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm(images, tmp_path, command,
                                                                               stop) -> None:  # fmt: skip
     model = tmp_path / "model.py"
-    model.write_text("def build():\n    while True:  # a pure-Python loop: only a signal handler gets in\n        pass\n")
+    model.write_text(
+        "def build():\n    while True:  # a pure-Python loop: only a signal handler gets in\n        pass\n"
+    )
     spec = ["--model-file", f"{model}:build", "--trust"]
     out = tmp_path / "out"
-    args = {"export": ["export", *spec, "--image", SAMPLE, "--out", str(out)],
-            "scan": ["scan", *spec, "--images", str(images), "--layers", "all", "--out", str(out)],
-            "lessons": ["lessons", "--run-all", *spec],
-            "visualize": ["visualize", *spec, "--layer", "x", "--out", str(tmp_path / "dream.png")]}[command]
+    args = {
+        "export": ["export", *spec, "--image", SAMPLE, "--out", str(out)],
+        "scan": ["scan", *spec, "--images", str(images), "--layers", "all", "--out", str(out)],
+        "lessons": ["lessons", "--run-all", *spec],
+        "visualize": ["visualize", *spec, "--layer", "x", "--out", str(tmp_path / "dream.png")],
+    }[command]
     process = subprocess.Popen([sys.executable, "-m", "app", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True, cwd=ROOT, env=ENV)  # fmt: skip
     note = f"hookscope: still building the model with build() from '{model}'; Ctrl-C stops it.\n"

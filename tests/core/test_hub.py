@@ -298,8 +298,14 @@ def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
     import time
 
     hub.slow.add("timm/test_resnet.r160_in1k/model.safetensors")  # 8 kB every 0.1 s: time to press Ctrl-C
-    process = subprocess.Popen([sys.executable, "-m", "app", "download", "--model", "timm/test_resnet"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "download", "--model", "timm/test_resnet"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     blobs = hub_models.repo_cache("timm/test_resnet.r160_in1k") / "blobs"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(p.stat().st_size > 100_000 for p in blobs.glob("*.incomplete")):
@@ -352,8 +358,9 @@ def test_a_text_target_on_a_clip_model_is_the_cosine_to_the_texts_embedding(hub,
         expected = F.cosine_similarity(clip.module(x), clip.text_embedder("a photo of a dog"))[0]
     assert target["objective"]["value"] == pytest.approx(float(expected), abs=1e-5)
     xin = x.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(F.cosine_similarity(clip.module(xin), clip.text_embedder("a photo of a dog"))[0],
-                                  [xin])
+    (grad,) = torch.autograd.grad(
+        F.cosine_similarity(clip.module(xin), clip.text_embedder("a photo of a dog"))[0], [xin]
+    )
     assert np.allclose(np.load(out / "input_grad.npy"), grad.numpy(), atol=1e-6)
     # a model without a text tower: one line
     done = hookscope("export", "--model", "hf:tiny/vit", "--weights", "default", "--image", str(SAMPLE),

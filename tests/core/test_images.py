@@ -237,9 +237,7 @@ def test_matches_resnet18_weights_transforms() -> None:
 @pytest.mark.parametrize("interpolation", ["bicubic", "nearest"])
 def test_matches_other_presets(interpolation: str) -> None:
     image = _photo(257, 333, seed=1)
-    preset = ImageClassification(
-        crop_size=224, resize_size=232, interpolation=InterpolationMode(interpolation)
-    )
+    preset = ImageClassification(crop_size=224, resize_size=232, interpolation=InterpolationMode(interpolation))
     pre = Preprocess.from_torchvision(preset)
     assert pre.interpolation == interpolation and pre.resize == 232
     assert torch.allclose(pre.to_tensor(image), preset(image).unsqueeze(0), atol=1e-6)
@@ -299,8 +297,10 @@ def test_png_cut_inside_its_header(tmp_path: Path) -> None:
     _read_error(path, "truncated or corrupt")
 
 
-@pytest.mark.parametrize("channels, mean, std", [(3, IMAGENET_MEAN, IMAGENET_STD), (3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
-                                                 (1, (0.1307,), (0.3081,))])
+@pytest.mark.parametrize(
+    "channels, mean, std",
+    [(3, IMAGENET_MEAN, IMAGENET_STD), (3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)), (1, (0.1307,), (0.3081,))],
+)
 def test_the_normalising_lookup_is_torchvision_bit_for_bit(channels: int, mean: tuple, std: tuple) -> None:
     """``as_input`` looks values up in a table instead of running torch's operations (no thread team woken beside
     the model): every uint8 value of every channel must give torchvision's float32 result exactly."""
@@ -308,7 +308,7 @@ def test_the_normalising_lookup_is_torchvision_bit_for_bit(channels: int, mean: 
 
     rng = np.random.default_rng(7)
     pixels = rng.integers(0, 256, (224, 224, channels), dtype=np.uint8)
-    pixels[0, :256 % 224] = np.arange(256 % 224)[:, None]  # make sure low values appear...
+    pixels[0, : 256 % 224] = np.arange(256 % 224)[:, None]  # make sure low values appear...
     pixels[1, :] = np.arange(32, 256)[:, None]  # ...and the rest of the 256
     image = Image.fromarray(pixels[:, :, 0] if channels == 1 else pixels)
     expected = F.normalize(F.convert_image_dtype(F.pil_to_tensor(image), torch.float), mean=list(mean), std=list(std))

@@ -433,7 +433,9 @@ def test_other_images_are_read_once_for_the_enabled_mix_edits(resnet18_loaded, t
     assert list(others) == [path]
     assert torch.equal(others[path], preprocess.to_tensor(read_image(path)))
     Image.new("RGB", (8, 8)).save(tmp_path / "small.png")
-    assert other_images([parse_edit(f"mix:fc:0.5:{tmp_path / 'small.png'}")], preprocess)[str(tmp_path / "small.png")].shape == (1, 3, 224, 224)
+    assert other_images([parse_edit(f"mix:fc:0.5:{tmp_path / 'small.png'}")], preprocess)[
+        str(tmp_path / "small.png")
+    ].shape == (1, 3, 224, 224)
     with pytest.raises(ImageError, match="missing.png"):
         other_images([parse_edit(f"mix:layer1:0.5:{tmp_path / 'missing.png'}")], preprocess)
     with pytest.raises(HookscopeError, match="needs the model's preprocessing"):

@@ -81,6 +81,7 @@ def test_tensor_hook_makes_the_mean_gradient_50_times_larger(resnet18, x):
     assert result.ok, result.claim
     assert result.paths == {"head": "fc"}
     plain = image_grad(resnet18, x)
+
     def scale(module, inputs, output):  # returns None: a forward hook that returned the handle would replace output
         output.register_hook(lambda grad: grad * 50)
 
@@ -226,6 +227,7 @@ def test_pitfalls_overwritten_capture_raising_hook_and_the_fix(resnet18, x):
         if isinstance(module, nn.ReLU):
             module.inplace = False
     kept_out: list[torch.Tensor] = []
+
     def retain(module, inputs, output):
         output.retain_grad()
         kept_out.append(output)

@@ -193,8 +193,20 @@ def test_export_video_writes_the_captures_of_a_frame_range(videos, tmp_path):
 
 def test_export_video_of_a_truncated_file_writes_what_it_holds_and_exits_2(videos, tmp_path):
     out = tmp_path / "out"
-    done = hookscope("export", "--video", str(videos["cut"]), "--frames", "0:", "--layers", "layer4",
-                     "--weights", "none", "--out", str(out), "--no-png")  # fmt: skip  (no line about weights)
+    done = hookscope(
+        "export",
+        "--video",
+        str(videos["cut"]),
+        "--frames",
+        "0:",
+        "--layers",
+        "layer4",
+        "--weights",
+        "none",
+        "--out",
+        str(out),
+        "--no-png",
+    )  # fmt: skip  (no line about weights)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "truncated" in done.stderr and "Traceback" not in done.stderr
     written = sorted(p.name for p in out.iterdir())
@@ -231,7 +243,8 @@ def test_live_records_grad_cam_beside_the_input(videos, tmp_path):
     refused = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer2", "--hooks", "forward",
                         "--record", str(out), "--record-cam")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.strip().endswith(
-        "--record-cam needs activations and gradients: --hooks forward,tensor (or forward,backward).")
+        "--record-cam needs activations and gradients: --hooks forward,tensor (or forward,backward)."
+    )
 
 
 def test_a_background_recorder_draws_and_writes_off_the_callers_thread(loaded, videos, tmp_path):

@@ -13,22 +13,36 @@ from app.core.models.catalogue import catalogue, default_preprocess, default_wei
 
 def test_catalogue_is_every_torchvision_classification_segmentation_and_detection_model():
     names = catalogue()
-    assert names == sorted(torchvision.models.list_models(module=torchvision.models)
-                           + torchvision.models.list_models(module=torchvision.models.segmentation)
-                           + torchvision.models.list_models(module=torchvision.models.detection))
+    assert names == sorted(
+        torchvision.models.list_models(module=torchvision.models)
+        + torchvision.models.list_models(module=torchvision.models.segmentation)
+        + torchvision.models.list_models(module=torchvision.models.detection)
+    )
     assert len(names) >= 95 and "resnet18" in names and "vit_b_16" in names
-    for name in ("fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large",
-                 "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn", "maskrcnn_resnet50_fpn"):
+    for name in (
+        "fcn_resnet50",
+        "deeplabv3_mobilenet_v3_large",
+        "lraspp_mobilenet_v3_large",
+        "fasterrcnn_mobilenet_v3_large_320_fpn",
+        "retinanet_resnet50_fpn",
+        "maskrcnn_resnet50_fpn",
+    ):
         assert name in names
 
 
 def test_random_weights_are_reproducible_per_seed():
-    a, b, c = load_model("resnet18", "none", seed=0), load_model("resnet18", "none", seed=0), load_model("resnet18", "none", seed=1)
+    a, b, c = (
+        load_model("resnet18", "none", seed=0),
+        load_model("resnet18", "none", seed=0),
+        load_model("resnet18", "none", seed=1),
+    )
     assert torch.equal(a.module.conv1.weight, b.module.conv1.weight)
     assert not torch.equal(a.module.conv1.weight, c.module.conv1.weight)
     assert not a.pretrained and not a.module.training
     # random weights, yet the classes are named from the default weights' metadata
-    assert a.categories == torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"] and a.categories[281] == "tabby"
+    assert (
+        a.categories == torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"] and a.categories[281] == "tabby"
+    )
     assert (a.preprocess.resize, a.preprocess.crop) == (256, 224)
 
 

@@ -215,8 +215,22 @@ def hookscope(*args: str) -> subprocess.CompletedProcess:
 
 def test_export_of_a_segmentation_class_records_the_objective(tmp_path):
     out = tmp_path / "run"
-    done = hookscope("export", "--model", SEG, "--weights", "none", "--image", str(sample_image()),
-                     "--layers", SEG_LAYER, "--target", "class:15", "--out", str(out), "--no-png")
+    done = hookscope(
+        "export",
+        "--model",
+        SEG,
+        "--weights",
+        "none",
+        "--image",
+        str(sample_image()),
+        "--layers",
+        SEG_LAYER,
+        "--target",
+        "class:15",
+        "--out",
+        str(out),
+        "--no-png",
+    )
     assert done.returncode == 0, done.stderr
     target = json.loads((out / "manifest.json").read_text())["target"]
     assert target["index"] == 15 and "predicted pixels" in target["description"]  # (maybe none of them)
@@ -225,14 +239,31 @@ def test_export_of_a_segmentation_class_records_the_objective(tmp_path):
     assert sum(objective["predicted_pixels"].values()) == 520 * 520
 
 
-@pytest.mark.parametrize(("model", "target", "words"), [
-    ("resnet18", "box:0", "does not fit this model"),
-    ("resnet18", "boxes", "target must be"),
-    ("resnet18", "similar:/no/such/picture.png", "picture.png"),
-])
+@pytest.mark.parametrize(
+    ("model", "target", "words"),
+    [
+        ("resnet18", "box:0", "does not fit this model"),
+        ("resnet18", "boxes", "target must be"),
+        ("resnet18", "similar:/no/such/picture.png", "picture.png"),
+    ],
+)
 def test_a_target_that_cannot_be_is_one_line_and_exit_2(tmp_path, model, target, words):
-    done = hookscope("export", "--model", model, "--weights", "none", "--image", str(sample_image()),
-                     "--layers", "layer4", "--target", target, "--out", str(tmp_path / "run"), "--no-png")
+    done = hookscope(
+        "export",
+        "--model",
+        model,
+        "--weights",
+        "none",
+        "--image",
+        str(sample_image()),
+        "--layers",
+        "layer4",
+        "--target",
+        target,
+        "--out",
+        str(tmp_path / "run"),
+        "--no-png",
+    )
     lines = message_lines(done.stderr)
     assert done.returncode == 2 and words in lines[-1] and "Traceback" not in done.stderr, done.stderr
     if not lines[-1].startswith("hookscope export: error: argument"):  # argparse's own: its usage, then the line

@@ -344,7 +344,9 @@ def test_scan_json_has_exactly_the_documented_schema(small, folder, tmp_path):
     assert {"model", "images", "modules"} <= set(data) and set(data) - {"model", "images", "modules"} == {"scan"}
     assert data["images"] == [str(p) for p in images]
     module = data["modules"]["layer1.0.conv1"]
-    assert set(module) == {"channels", "boxes", "top", "stats"} and module["channels"] == 64 and len(module["top"]) == 64
+    assert (
+        set(module) == {"channels", "boxes", "top", "stats"} and module["channels"] == 64 and len(module["top"]) == 64
+    )
     assert module["boxes"] == "receptive field" and set(data["scan"]["box_definitions"]) == {"receptive field",
                                                                                            "gradient"}  # fmt: skip
     assert set(module["stats"]) == {"mean", "std", "active"} and all(len(v) == 64 for v in module["stats"].values())
@@ -496,6 +498,10 @@ def test_the_scan_reader_starts_no_second_openmp_team(small, folder):
     torch.ones(1 << 16).add_(1)  # an operation on this thread: the model's own team is up
     before = threads()
     images = find_images(folder, recursive=True)
-    scan_images(loaded, images, ScanSettings(("layer1.0.conv1",), top=2, batch_size=4),
-                progress=lambda _p: seen.append(threads()))
+    scan_images(
+        loaded,
+        images,
+        ScanSettings(("layer1.0.conv1",), top=2, batch_size=4),
+        progress=lambda _p: seen.append(threads()),
+    )
     assert seen and max(seen) <= before + 1, (before, seen)

@@ -124,8 +124,10 @@ def test_a_module_the_field_cannot_reach_keeps_the_gradient_definition(tmp_path)
     assert list(fields) == ["first"] and "interpolate" in reasons["last"]
     images = _pictures(tmp_path / "images", 3)
     settings = ScanSettings(("first", "last"), top=2, batch_size=4)
-    default, exact = scan_images(loaded, images, settings), scan_images(loaded, images, replace(settings,
-                                                                                                exact_boxes=True))
+    default, exact = (
+        scan_images(loaded, images, settings),
+        scan_images(loaded, images, replace(settings, exact_boxes=True)),
+    )
     assert default.modules["first"].boxes == "receptive field" and default.modules["last"].boxes == "gradient"
     assert default.modules["last"].top == exact.modules["last"].top  # the very boxes of --exact-boxes
 

@@ -50,8 +50,13 @@ def _exported(folder: Path) -> dict[str, np.ndarray]:
 
 
 def _run_script(script: Path, saved: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(script), "--save", str(saved), *extra],
-                          capture_output=True, text=True, cwd=cwd, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(script), "--save", str(saved), *extra],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -72,12 +77,36 @@ def test_the_script_of_an_export_reproduces_it_in_a_fresh_process(tmp_path, caps
     other = _picture(tmp_path / "other.png", 2, (120, 160))
     out, script = tmp_path / "out", tmp_path / "redo.py"
     layers = "conv1,bn1,layer1.0.relu,layer2.0,layer3.0.conv1,layer4.1.conv2,fc"
-    edits = ["zero:layer1.0.conv1:3,5", "keep:layer3.1.conv2:1,2,3", "scale:layer2.1.bn2:0.5:0,1", "scale:avgpool:1.25",
-             "scale-input:fc:2", "scale-grad:layer3.0.conv1:1.6", "scale-grad-input:layer4.1.conv2:1.5",
-             f"mix:layer2:0.7:{other}"]
-    argv = ["export", "--model", "resnet18", "--weights", "none", "--seed", "3", "--image", str(image),
-            "--layers", layers, "--hooks", "forward,pre,backward,tensor", "--no-png", "--out", str(out),
-            "--script", str(script)]
+    edits = [
+        "zero:layer1.0.conv1:3,5",
+        "keep:layer3.1.conv2:1,2,3",
+        "scale:layer2.1.bn2:0.5:0,1",
+        "scale:avgpool:1.25",
+        "scale-input:fc:2",
+        "scale-grad:layer3.0.conv1:1.6",
+        "scale-grad-input:layer4.1.conv2:1.5",
+        f"mix:layer2:0.7:{other}",
+    ]
+    argv = [
+        "export",
+        "--model",
+        "resnet18",
+        "--weights",
+        "none",
+        "--seed",
+        "3",
+        "--image",
+        str(image),
+        "--layers",
+        layers,
+        "--hooks",
+        "forward,pre,backward,tensor",
+        "--no-png",
+        "--out",
+        str(out),
+        "--script",
+        str(script),
+    ]
     for spec in edits:
         argv += ["--edit", spec]
     assert main(argv) == 0
@@ -148,10 +177,34 @@ def test_a_model_file_with_a_weights_file_and_a_class_target(tmp_path, capsys):
         sys.modules.pop("tiny", None)
     image = _picture(tmp_path / "photo.png", 3, (90, 70))
     out, script = tmp_path / "out", tmp_path / "redo.py"
-    assert main(["export", "--model-file", f"{source}:build", "--trust", "--weights", str(tmp_path / "tiny.pt"),
-                 "--image", str(image), "--layers", "features.0,features.1,features.2,head", "--target", "3",
-                 "--hooks", "forward,pre,backward,tensor", "--edit", "scale:features.2:0.5", "--no-png",
-                 "--out", str(out), "--script", str(script)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--model-file",
+                f"{source}:build",
+                "--trust",
+                "--weights",
+                str(tmp_path / "tiny.pt"),
+                "--image",
+                str(image),
+                "--layers",
+                "features.0,features.1,features.2,head",
+                "--target",
+                "3",
+                "--hooks",
+                "forward,pre,backward,tensor",
+                "--edit",
+                "scale:features.2:0.5",
+                "--no-png",
+                "--out",
+                str(out),
+                "--script",
+                str(script),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     text = script.read_text()
     assert f"MODEL_FILE = {str(source)!r}" in text and f"load_weights(model, {str(tmp_path / 'tiny.pt')!r})" in text
@@ -166,10 +219,12 @@ def test_script_errors_are_one_line(tmp_path, capsys):
     assert main(["export", "--image", str(image), "--script", str(tmp_path / "nowhere" / "x.py")]) == 2
     assert capsys.readouterr().err.strip() == (
         f"hookscope: error: Cannot write the script to '{tmp_path / 'nowhere' / 'x.py'}': the folder "
-        f"'{tmp_path / 'nowhere'}' does not exist.")
+        f"'{tmp_path / 'nowhere'}' does not exist."
+    )
     assert main(["export", "--images", str(tmp_path), "--script", str(tmp_path / "x.py")]) == 2
     assert capsys.readouterr().err.strip() == (
-        "hookscope: error: --script goes with --image or --session (a script redoes one image's run).")
+        "hookscope: error: --script goes with --image or --session (a script redoes one image's run)."
+    )
     assert not (tmp_path / "x.py").exists()
 
 
@@ -181,14 +236,17 @@ def test_a_session_with_its_own_preprocessing(tmp_path, capsys):
     from app.core.outputs.session import save_session, session_from
 
     loaded = load_model("resnet18", "none", seed=4)
-    loaded.preprocess = replace(loaded.preprocess, resize=150, crop=128, mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3),
-                                interpolation="bicubic")
+    loaded.preprocess = replace(
+        loaded.preprocess, resize=150, crop=128, mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3), interpolation="bicubic"
+    )
     image = _picture(tmp_path / "photo.png", 5, (200, 130))
     hooks = [("conv1", "forward"), ("layer1.0.relu", "backward"), ("layer3", "pre"), ("layer4.0.conv2", "tensor")]
     save_session(session_from(loaded, hooks, [image], target=9, edits=["scale:layer2:0.5"]), tmp_path / "s.json")
     out, script = tmp_path / "out", tmp_path / "redo.py"
-    assert main(["export", "--session", str(tmp_path / "s.json"), "--no-png", "--out", str(out),
-                 "--script", str(script)]) == 0
+    assert (
+        main(["export", "--session", str(tmp_path / "s.json"), "--no-png", "--out", str(out), "--script", str(script)])
+        == 0
+    )
     capsys.readouterr()
     text = script.read_text()
     assert "RESIZE = 150" in text and "CROP = 128" in text and "MEAN = [0.5, 0.4, 0.3]" in text
@@ -214,9 +272,15 @@ def test_the_grad_columns_in_a_script_tensor_hooks_and_grad_input(tmp_path):
     loaded = load_model("resnet18", "none", seed=3)
     image = _picture(tmp_path / "photo.png", 1, (160, 120))
     registry = HookRegistry(loaded.module)
-    for path, kind in [("conv1", "grad_input"), ("bn1", "grad_input"), ("layer1.0.relu", "grad_input"),
-                       ("layer2.0.conv1", "grad_input"), ("layer3.0.conv1", "tensor"), ("bn1", "tensor"),
-                       ("fc", "grad_input")]:
+    for path, kind in [
+        ("conv1", "grad_input"),
+        ("bn1", "grad_input"),
+        ("layer1.0.relu", "grad_input"),
+        ("layer2.0.conv1", "grad_input"),
+        ("layer3.0.conv1", "tensor"),
+        ("bn1", "tensor"),
+        ("fc", "grad_input"),
+    ]:
         registry.add(path, kind)
     for spec in ("scale-grad-input:layer2.0.conv1:1.5", "scale-grad:layer3.0.conv1:1.6"):
         registry.add_edit(parse_edit(spec))
@@ -242,20 +306,45 @@ def test_the_grad_columns_in_a_script_tensor_hooks_and_grad_input(tmp_path):
     assert _compare(tmp_path / "captures.npz", expected) <= 1e-6
 
 
-@pytest.mark.parametrize(("model", "layers", "target"), [
-    ("lraspp_mobilenet_v3_large", "backbone.4", "class:3@40,60,300,400"),
-    ("lraspp_mobilenet_v3_large", "backbone.4", "top1"),
-    ("resnet18", "layer4", "similar:OTHER"),
-])
+@pytest.mark.parametrize(
+    ("model", "layers", "target"),
+    [
+        ("lraspp_mobilenet_v3_large", "backbone.4", "class:3@40,60,300,400"),
+        ("lraspp_mobilenet_v3_large", "backbone.4", "top1"),
+        ("resnet18", "layer4", "similar:OTHER"),
+    ],
+)
 def test_the_script_computes_the_same_objective_for_other_targets(tmp_path, model, layers, target):
     """A segmentation region, a segmentation model's top class over its pixels, an embedding similarity: the
     generated script differentiates what Hookscope did (the input gradient and every capture agree)."""
     image = _picture(tmp_path / "photo.png", 4, (200, 150))
     target = target.replace("OTHER", str(_picture(tmp_path / "other.png", 5, (150, 200))))
     out, script = tmp_path / "out", tmp_path / "redo.py"
-    assert main(["export", "--model", model, "--weights", "none", "--image", str(image), "--layers", layers,
-                 "--hooks", "forward,tensor", "--target", target, "--no-png", "--out", str(out),
-                 "--script", str(script)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                model,
+                "--weights",
+                "none",
+                "--image",
+                str(image),
+                "--layers",
+                layers,
+                "--hooks",
+                "forward,tensor",
+                "--target",
+                target,
+                "--no-png",
+                "--out",
+                str(out),
+                "--script",
+                str(script),
+            ]
+        )
+        == 0
+    )
     assert "weights_backbone=None" in script.read_text() or model == "resnet18"  # nothing downloads
     _run_script(script, tmp_path / "captures.npz", tmp_path)
     expected = _exported(out)

@@ -16,7 +16,9 @@ def test_a_segmentation_preset_is_a_square_of_its_resize_with_its_statistics():
     preset = torchvision.models.get_model_weights("lraspp_mobilenet_v3_large").DEFAULT.transforms()
     preprocess = Preprocess.from_torchvision(preset)
     assert (preprocess.resize, preprocess.crop) == (520, 520)
-    assert preprocess.mean == pytest.approx((0.485, 0.456, 0.406)) and preprocess.std == pytest.approx((0.229, 0.224, 0.225))
+    assert preprocess.mean == pytest.approx((0.485, 0.456, 0.406)) and preprocess.std == pytest.approx(
+        (0.229, 0.224, 0.225)
+    )
     assert preprocess == load_model("lraspp_mobilenet_v3_large", "none").preprocess
     square = Image.new("RGB", (300, 300), (200, 30, 90))  # a square picture: the preset's own resize is the same
     torch.testing.assert_close(preprocess.to_tensor(square), preset(square).unsqueeze(0), rtol=0, atol=2e-2)

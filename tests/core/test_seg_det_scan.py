@@ -39,16 +39,20 @@ def plain_peaks(loaded, images, path):
     return torch.cat([s.flatten(2).amax(dim=2) for s in seen]).numpy()
 
 
-@pytest.mark.parametrize(("name", "layer"), [
-    ("lraspp_mobilenet_v3_large", "backbone.4"),
-    ("ssdlite320_mobilenet_v3_large", "backbone.features.0.4"),
-])
+@pytest.mark.parametrize(
+    ("name", "layer"),
+    [
+        ("lraspp_mobilenet_v3_large", "backbone.4"),
+        ("ssdlite320_mobilenet_v3_large", "backbone.features.0.4"),
+    ],
+)
 def test_scan_of_a_segmentation_or_detection_backbone_equals_plain_forward_hooks(folder, name, layer):
     loaded = load_model(name, "none")
     assert loaded.task in ("segmentation", "detection")
     images = find_images(folder, recursive=True)
-    result = scan_images(loaded, images, ScanSettings((layer,), top=2, by="max", batch_size=2, boxes=False),
-                         root=folder)
+    result = scan_images(
+        loaded, images, ScanSettings((layer,), top=2, by="max", batch_size=2, boxes=False), root=folder
+    )
     assert result.complete and result.processed == len(images)
     peaks = plain_peaks(loaded, images, layer)
     module = result.modules[layer]

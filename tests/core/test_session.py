@@ -25,8 +25,15 @@ from app.core.outputs.session import (
     session_from,
 )
 
-HOOKS = [("conv1", "forward"), ("bn1", "forward"), ("layer1.0.relu", "forward"), ("layer2", "backward"), ("fc", "pre"),
-         ("layer3", "tensor"), ("layer3.0.conv1", "grad_input")]
+HOOKS = [
+    ("conv1", "forward"),
+    ("bn1", "forward"),
+    ("layer1.0.relu", "forward"),
+    ("layer2", "backward"),
+    ("fc", "pre"),
+    ("layer3", "tensor"),
+    ("layer3.0.conv1", "grad_input"),
+]
 
 
 @pytest.fixture
@@ -320,8 +327,15 @@ def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
         ("layer4.1.conv2", "backward"): PanelSettings("plasma", "channel", "diff", "B"),
     }
     path = tmp_path / "views.hookscope.json"
-    save_session(Session(hooks=[("layer1.0.conv1", "forward")], colormap="magma", scaling="shared",
-                         ui={**panels_ui(default, panels), "image_list": []}), path)
+    save_session(
+        Session(
+            hooks=[("layer1.0.conv1", "forward")],
+            colormap="magma",
+            scaling="shared",
+            ui={**panels_ui(default, panels), "image_list": []},
+        ),
+        path,
+    )
     saved = json.loads(path.read_text())["ui"]
     assert ["layer1.0.conv1", "forward", "viridis", "channel", "none", "diff"] in saved["panels"]
     assert saved["view"] == "B" and saved["sort"] == "mean"
@@ -340,10 +354,20 @@ def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
     assert default == PanelSettings("gray", "channel", "max", "A") and problems == []
     assert panels == {("fc", "forward"): PanelSettings("magma", "shared", "mean", "A")}
 
-    damaged = Session(ui={"view": "C", "panels": [["fc", "forward", "magma", "shared", "mean", "sideways"],
-                                                  ["bn1", "forward", "magma", "shared", "mean", "diff"], 7]})
+    damaged = Session(
+        ui={
+            "view": "C",
+            "panels": [
+                ["fc", "forward", "magma", "shared", "mean", "sideways"],
+                ["bn1", "forward", "magma", "shared", "mean", "diff"],
+                7,
+            ],
+        }
+    )
     default, panels, problems = session_panel_settings(damaged)
-    assert default == PanelSettings() and panels == {("bn1", "forward"): PanelSettings("magma", "shared", "mean", "diff")}
+    assert default == PanelSettings() and panels == {
+        ("bn1", "forward"): PanelSettings("magma", "shared", "mean", "diff")
+    }
     assert len(problems) == 3 and "'C'" in problems[0] and "'sideways'" in problems[1] and "7" in problems[2]
 
 

@@ -117,8 +117,12 @@ def test_an_edit_with_a_channel_out_of_range_is_listed_and_the_others_apply(save
     out = tmp_path / "out"
     assert export_session(path, out) == 0
     err = lines(capsys.readouterr().err)
-    assert "hookscope: Edit 'zero:layer1:999' was not restored: layer1 has 64 channels; channel 999 does not exist." in err
-    assert "hookscope: Edit 'keep:conv1:70,2' was not restored: conv1 has 64 channels; channel 70 does not exist." in err
+    assert (
+        "hookscope: Edit 'zero:layer1:999' was not restored: layer1 has 64 channels; channel 999 does not exist." in err
+    )
+    assert (
+        "hookscope: Edit 'keep:conv1:70,2' was not restored: conv1 has 64 channels; channel 70 does not exist." in err
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["edits"] == ["zero:layer1:3"]
     activations = np.load(out / "activations.npz")
@@ -192,8 +196,15 @@ def test_the_cli_restores_the_rest_of_a_session_with_malformed_hooks(saved, tmp_
         lambda text: text.replace('"ui": {}', '"ui": ' + "[" * 100_000 + "]" * 100_000),
         lambda text: text.replace('"ui": {}', '"ui": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000),
     ],
-    ids=["seed-1e999", "target-1e999", "target-minus-infinity", "target-nan", "seed-10^400", "deep-lists",
-         "deep-objects"],  # fmt: skip
+    ids=[
+        "seed-1e999",
+        "target-1e999",
+        "target-minus-infinity",
+        "target-nan",
+        "seed-10^400",
+        "deep-lists",
+        "deep-objects",
+    ],  # fmt: skip
 )
 def test_numbers_out_of_range_and_deep_nesting_are_a_damaged_session(saved, tmp_path, capsys, damage) -> None:
     path, _ = saved

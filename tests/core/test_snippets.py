@@ -105,8 +105,15 @@ def test_the_whole_script_reproduces_every_record(resnet18, small_input, other_i
 def test_each_snippet_alone_reproduces_its_capture(resnet18, small_input, hook_counts):
     fresh = copy.deepcopy(resnet18)
     registry = HookRegistry(resnet18)
-    for path, kind in [("bn1", "backward"), ("layer1.0.relu", "forward"), ("fc", "backward"), ("relu", "pre"),
-                       ("layer1.0.conv2", "grad_input"), ("layer1.0.relu", "grad_input"), ("fc", "tensor")]:
+    for path, kind in [
+        ("bn1", "backward"),
+        ("layer1.0.relu", "forward"),
+        ("fc", "backward"),
+        ("relu", "pre"),
+        ("layer1.0.conv2", "grad_input"),
+        ("layer1.0.relu", "grad_input"),
+        ("fc", "tensor"),
+    ]:
         registry.add(path, kind)
     result = capture_run(resnet18, registry, small_input)
     for info in registry.handles():

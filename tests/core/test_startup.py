@@ -19,8 +19,9 @@ def test_the_data_folder_per_system() -> None:
     home = {"HOME": "/home/ada"}
     assert data_folder(home, "linux") == Path("/home/ada/.local/share/Hookscope/Hookscope")
     assert data_folder({**home, "XDG_DATA_HOME": "/data"}, "linux") == Path("/data/Hookscope/Hookscope")
-    assert data_folder({**home, "APPDATA": "C:/Users/ada/AppData/Roaming"}, "win32") == \
-        Path("C:/Users/ada/AppData/Roaming/Hookscope/Hookscope")
+    assert data_folder({**home, "APPDATA": "C:/Users/ada/AppData/Roaming"}, "win32") == Path(
+        "C:/Users/ada/AppData/Roaming/Hookscope/Hookscope"
+    )
     assert data_folder(home, "darwin") == Path("/home/ada/Library/Application Support/Hookscope/Hookscope")
     assert data_folder({**home, "HOOKSCOPE_SETTINGS_DIR": "/tmp/s"}, "linux") == Path("/tmp/s")
 
@@ -77,8 +78,10 @@ def test_a_display_nobody_answers_is_named(fake_x_server) -> None:
 
 
 def test_qt_giving_up_is_one_sentence_without_the_misleading_cursor_hint_when_bundled(monkeypatch) -> None:
-    notes = ["could not connect to display :9",
-             "From 6.5.0, xcb-cursor0 or libxcb-cursor0 is needed to load the Qt xcb platform plugin."]
+    notes = [
+        "could not connect to display :9",
+        "From 6.5.0, xcb-cursor0 or libxcb-cursor0 is needed to load the Qt xcb platform plugin.",
+    ]
     fatal = "This application failed to start because no Qt platform plugin could be initialized."
     monkeypatch.setenv("DISPLAY", ":9")
     assert qt_fatal_summary(fatal, notes).startswith("Qt could not connect to the display ':9'")
@@ -99,8 +102,9 @@ def test_the_log_gets_one_readable_line_and_the_details(tmp_path: Path, monkeypa
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="zenity is a Linux desktop's")
-def test_a_startup_error_is_logged_printed_and_shown_in_a_message_box(tmp_path: Path, monkeypatch, capsys,
-                                                                       fake_x_server) -> None:
+def test_a_startup_error_is_logged_printed_and_shown_in_a_message_box(
+    tmp_path: Path, monkeypatch, capsys, fake_x_server
+) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shown = tmp_path / "zenity.txt"
@@ -114,8 +118,10 @@ def test_a_startup_error_is_logged_printed_and_shown_in_a_message_box(tmp_path: 
     assert report_startup_error("The window's libraries could not be loaded (libEGL.so.1: cannot open).") == 1
     log = tmp_path / "data" / "hookscope-errors.log"
     err = capsys.readouterr().err
-    assert err == f"hookscope: error: The window's libraries could not be loaded (libEGL.so.1: cannot open). " \
-                  f"(logged to {log})\n"
+    assert (
+        err == f"hookscope: error: The window's libraries could not be loaded (libEGL.so.1: cannot open). "
+        f"(logged to {log})\n"
+    )
     arguments = shown.read_text().splitlines()
     assert "--error" in arguments and "--title=Hookscope could not start" in arguments
     assert any(a.startswith("--text=The window's libraries could not be loaded") for a in arguments)

@@ -206,7 +206,9 @@ def test_registry_hooks_on_the_same_model_neither_feed_nor_disturb_it(resnet) ->
 
 def test_cli_writes_a_png_and_one_final_line(tmp_path: Path, capsys) -> None:
     out = tmp_path / "channel.png"
-    command = "visualize --model resnet18 --weights none --layer layer3.1 --channel 61 --steps 12 --size 96 --opt-seed 0"
+    command = (
+        "visualize --model resnet18 --weights none --layer layer3.1 --channel 61 --steps 12 --size 96 --opt-seed 0"
+    )
     code = main([*command.split(), "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -101,7 +101,9 @@ def _noise(width: int, height: int, seed: int = 1) -> Image.Image:
 
 @pytest.mark.parametrize("size", [(4000, 60), (60, 4000), (30000, 3), (900, 37), (3001, 7)])
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest"])
-def test_resizing_only_the_crop_gives_the_pixels_resizing_whole_gives(size: tuple[int, int], interpolation: str) -> None:
+def test_resizing_only_the_crop_gives_the_pixels_resizing_whole_gives(
+    size: tuple[int, int], interpolation: str
+) -> None:
     """Of a very wide (or tall) picture only the part under the crop is resampled, at the same scale and sample
     positions: the same pixels as torchvision's preset, to one grey level (Pillow rounds its two passes to 8 bits)."""
     image = _noise(*size)

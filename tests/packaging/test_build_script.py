@@ -16,8 +16,13 @@ BUILD = ROOT / "packaging" / "build.sh"
 
 
 def plan(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(BUILD), "--print-commands", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=60)
+    return subprocess.run(
+        ["bash", str(BUILD), "--print-commands", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+    )
 
 
 def commands(done: subprocess.CompletedProcess) -> list[str]:
@@ -34,8 +39,10 @@ def test_the_cpu_variant_is_the_default_and_pins_the_cpu_wheels_from_pytorchs_cp
     ]
     assert "build/venv-cpu/bin/python packaging/bundle_checks.py no-cuda dist/hookscope" in lines
     assert "build/venv-cpu/bin/python packaging/bundle_checks.py floor dist/hookscope" in lines
-    assert any("tar -C dist -czf dist/hookscope-" in line and "-linux-" in line and line.endswith("-cpu.tar.gz hookscope")
-               for line in lines)
+    assert any(
+        "tar -C dist -czf dist/hookscope-" in line and "-linux-" in line and line.endswith("-cpu.tar.gz hookscope")
+        for line in lines
+    )
     assert not any(line.startswith("split ") for line in lines)  # a CPU archive (about 0.3 GB) stays one file
 
 
@@ -74,11 +81,14 @@ def test_macos_has_no_cuda_variant_and_its_cpu_variant_uses_pypi() -> None:
     assert "build/venv-cpu/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1" in lines
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--variant", "gpu"], "build.sh: --variant takes cpu or cuda (not 'gpu')"),
-    (["--variant"], "build.sh: --variant takes cpu or cuda"),
-    (["--fast"], "build.sh: unknown option '--fast' (see packaging/build.sh --help)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--variant", "gpu"], "build.sh: --variant takes cpu or cuda (not 'gpu')"),
+        (["--variant"], "build.sh: --variant takes cpu or cuda"),
+        (["--fast"], "build.sh: unknown option '--fast' (see packaging/build.sh --help)"),
+    ],
+)
 def test_bad_options_are_one_line_and_exit_2(args, message) -> None:
     done = plan(*args)
     assert done.returncode == 2 and done.stderr.strip() == message and done.stdout.count("\n") <= 1
@@ -97,8 +107,10 @@ def test_windows_pins_the_same_versions_and_the_same_cpu_index() -> None:
 
 def test_the_join_command_in_the_readme_matches_the_part_names() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert re.search(r"cat hookscope-[\w.]+-linux-x86_64-cuda\.tar\.gz\.part-\* > hookscope-[\w.]+-linux-x86_64-cuda\.tar\.gz",
-                     readme), "README must give the one-line join of the CUDA archive's parts"
+    assert re.search(
+        r"cat hookscope-[\w.]+-linux-x86_64-cuda\.tar\.gz\.part-\* > hookscope-[\w.]+-linux-x86_64-cuda\.tar\.gz",
+        readme,
+    ), "README must give the one-line join of the CUDA archive's parts"
 
 
 def test_help_lists_the_options() -> None:

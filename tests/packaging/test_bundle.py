@@ -51,8 +51,13 @@ def empty_env(home: Path, **more: str) -> dict[str, str]:
 
 def self_test(launcher: Path, home: Path) -> str:
     report = home / "self-test.txt"
-    done = subprocess.run([str(launcher), "--self-test"], env=empty_env(home, HOOKSCOPE_SELF_TEST_REPORT=str(report)),
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(launcher), "--self-test"],
+        env=empty_env(home, HOOKSCOPE_SELF_TEST_REPORT=str(report)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     text = report.read_text() if report.exists() else ""
     assert done.returncode == 0 and "hookscope self-test: ok" in text, done.stdout[-2000:] + done.stderr[-2000:]
     return text.strip()
@@ -67,22 +72,25 @@ def stated_floor(readme: Path) -> dict[str, tuple[int, ...]]:
 
 
 def windows_on(display: str) -> list[str]:
-    out = subprocess.run(["xwininfo", "-root", "-children"], env={**os.environ, "DISPLAY": display},
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["xwininfo", "-root", "-children"], env={**os.environ, "DISPLAY": display}, capture_output=True, text=True
+    ).stdout
     return re.findall(r'^\s+0x[0-9a-f]+ "([^"]*)"', out, re.M)
 
 
 def time_to_screen(launcher: Path, home: Path) -> tuple[float | None, float | None]:
     """Seconds from start to the splash window ("tk") and to the main window (title ends in Hookscope)."""
     display = f":{90 + os.getpid() % 9}"
-    server = subprocess.Popen(["Xvfb", display, "-screen", "0", "1600x1000x24"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        ["Xvfb", display, "-screen", "0", "1600x1000x24"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     app = None
     try:
         time.sleep(1.0)
         start = time.perf_counter()
-        app = subprocess.Popen([str(launcher)], env=empty_env(home, DISPLAY=display), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+        app = subprocess.Popen(
+            [str(launcher)], env=empty_env(home, DISPLAY=display), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         splash = window = None
         while time.perf_counter() - start < 240 and window is None and app.poll() is None:
             names = windows_on(display)
@@ -117,7 +125,9 @@ def test_cuda_bundle_from_a_clean_checkout_works_as_a_download(tmp_path: Path, c
             ["bash", "packaging/build.sh", "--variant", "cuda", *([] if has_tk else ["--no-splash"])],
             cwd=checkout,
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()), "PYTHON": python},
-            capture_output=True, text=True, timeout=3600,
+            capture_output=True,
+            text=True,
+            timeout=3600,
         )
         print(f"\nbuild.sh --variant cuda: {time.perf_counter() - started:.0f} s, exit {done.returncode}")
         print(done.stdout[-3000:])
@@ -140,8 +150,9 @@ def test_cuda_bundle_from_a_clean_checkout_works_as_a_download(tmp_path: Path, c
         assert any("libtorch_cuda" in name for name in cuda), "the CUDA variant lost torch's CUDA library"
 
         home = tmp_path / "desktop-home"
-        installed = subprocess.run([str(launcher), "--install-desktop-entry"], env=empty_env(home),
-                                   capture_output=True, text=True, timeout=300)
+        installed = subprocess.run(
+            [str(launcher), "--install-desktop-entry"], env=empty_env(home), capture_output=True, text=True, timeout=300
+        )
         assert installed.returncode == 0, installed.stderr
         entry = home / ".local" / "share" / "applications" / "hookscope.desktop"
         command = read_exec(entry)
@@ -149,8 +160,13 @@ def test_cuda_bundle_from_a_clean_checkout_works_as_a_download(tmp_path: Path, c
         icon = next(line[5:] for line in entry.read_text().splitlines() if line.startswith("Icon="))
         assert Path(icon).is_file() and Path(icon).is_relative_to(bundle.resolve())
         print("desktop entry:", self_test(Path(command[0]), home))
-        removed = subprocess.run([str(launcher), "--uninstall-desktop-entry"], env=empty_env(home),
-                                 capture_output=True, text=True, timeout=300)
+        removed = subprocess.run(
+            [str(launcher), "--uninstall-desktop-entry"],
+            env=empty_env(home),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert removed.returncode == 0 and not entry.exists()
 
         licences = bundle / "_internal" / "resources" / "licenses"

@@ -29,8 +29,13 @@ def objdump_needs(path: Path) -> set[tuple[str, str]]:
 
 
 def system_library(name: str) -> Path | None:
-    for folder in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
-                   "/usr/lib"):
+    for folder in (
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ):
         if (Path(folder) / name).is_file():
             return (Path(folder) / name).resolve()
     return None
@@ -64,8 +69,10 @@ def test_a_library_that_needs_a_newer_glibc_than_the_floor_fails_the_scan(checks
     assert checks.floor_problems(bundle, {"GLIBC": highest}) == []
     below = (*highest[:-1], highest[-1] - 1)
     problems = checks.floor_problems(bundle, {"GLIBC": below})
-    assert problems == [f"_internal/tool needs GLIBC_{checks.version_text(highest)} "
-                        f"(the stated floor is GLIBC_{checks.version_text(below)})"]
+    assert problems == [
+        f"_internal/tool needs GLIBC_{checks.version_text(highest)} "
+        f"(the stated floor is GLIBC_{checks.version_text(below)})"
+    ]
 
 
 def test_a_bundled_host_libstdcxx_is_refused_and_the_command_exits_1(checks, tmp_path: Path) -> None:
@@ -75,8 +82,11 @@ def test_a_bundled_host_libstdcxx_is_refused_and_the_command_exits_1(checks, tmp
     bundle = tmp_path / "hookscope"
     bundle.mkdir()
     shutil.copy(library, bundle / "libstdc++.so.6")
-    done = subprocess.run([sys.executable, str(ROOT / "packaging" / "bundle_checks.py"), "floor", str(bundle)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "packaging" / "bundle_checks.py"), "floor", str(bundle)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1
     assert "libstdc++.so.6 is bundled: it must come from the target system" in done.stderr
 
@@ -103,8 +113,11 @@ def test_the_cpu_variant_check_finds_cuda_libraries(checks, tmp_path: Path) -> N
     found = checks.cuda_libraries(tmp_path / "cuda")
     assert "_internal/nvidia" in found and "_internal/torch/lib/libtorch_cuda.so" in found
     assert "_internal/torch/lib/torch_cuda.dll" in found
-    done = subprocess.run([sys.executable, str(ROOT / "packaging" / "bundle_checks.py"), "no-cuda",
-                           str(tmp_path / "cuda")], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "packaging" / "bundle_checks.py"), "no-cuda", str(tmp_path / "cuda")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1 and "CUDA library in the CPU variant" in done.stderr
 
 

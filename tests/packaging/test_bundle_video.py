@@ -25,7 +25,9 @@ def test_build_sh_installs_opencv_and_plays_a_video_with_the_bundle_after_its_se
     lines = planned()
     assert "build/venv-cpu/bin/python -m pip install --quiet .\\[live\\] pyinstaller\\>=6.10\\,\\<7" in lines
     write = lines.index("build/venv-cpu/bin/python packaging/bundle_checks.py write-video build/check-video.avi")
-    play = next(i for i, line in enumerate(lines) if "dist/hookscope/hookscope live --video build/check-video.avi" in line)
+    play = next(
+        i for i, line in enumerate(lines) if "dist/hookscope/hookscope live --video build/check-video.avi" in line
+    )
     assert lines[play].startswith("env -i ") and "PATH=/nonexistent" in lines[play]
     self_test = next(i for i, line in enumerate(lines) if line.endswith("--self-test"))
     assert self_test < write < play

@@ -114,17 +114,22 @@ def check_plot(panel, shot: QImage) -> dict | None:
                 continue  # under another window (a popped-out panel floating over the page)
             shown = shot.pixel(int(gx), int(gy))
             rgb = np.array([(shown >> 16) & 255, (shown >> 8) & 255, shown & 255], dtype=np.int16)
-            near = colours[y - radius:y + radius + 1, x - radius:x + radius + 1].reshape(-1, 3)
+            near = colours[y - radius : y + radius + 1, x - radius : x + radius + 1].reshape(-1, 3)
             checked += 1
             if (np.abs(near - rgb).max(axis=1) <= TOLERANCE).any():
                 matched += 1
             elif len(misses) < 3:
-                misses.append({"screen": [int(gx), int(gy)], "shown": rgb.tolist(),
-                               "expected": colours[y, x].tolist()})
+                misses.append({"screen": [int(gx), int(gy)], "shown": rgb.tolist(), "expected": colours[y, x].tolist()})
     if checked == 0:
         return None
-    return {"panel": f"{panel.key} {panel.kind}", "checked": checked, "matched": matched,
-            "ratio": matched / checked, "rect": [seen.x(), seen.y(), seen.width(), seen.height()], "misses": misses}
+    return {
+        "panel": f"{panel.key} {panel.kind}",
+        "checked": checked,
+        "matched": matched,
+        "ratio": matched / checked,
+        "rect": [seen.x(), seen.y(), seen.width(), seen.height()],
+        "misses": misses,
+    }
 
 
 def check_screen(window, step: str, out: Path, report: list) -> None:
@@ -135,16 +140,29 @@ def check_screen(window, step: str, out: Path, report: list) -> None:
     plots = [result for panel in panels if (result := check_plot(panel, shot)) is not None]
     channel = window.channel_view
     # a panel in view still waiting for its picture (the run left it while it was out of view)
-    waiting = [f"{p.key} {p.kind}" for p in panels if p.ident in window.panel_area.stale
-               and visible_rect(p).width() > 0 and visible_rect(p).height() > 0]
+    waiting = [
+        f"{p.key} {p.kind}"
+        for p in panels
+        if p.ident in window.panel_area.stale and visible_rect(p).width() > 0 and visible_rect(p).height() > 0
+    ]
     last = window.workspace.last
-    report.append({"step": step, "screenshot": name, "plots": plots, "waiting": waiting,
-                   "image": last.image.name if last is not None else "",
-                   "deferred": len(last.deferred) if last is not None else 0,
-                   "channel_view": window.dock("channel").isVisible() and channel.isVisible()})
+    report.append(
+        {
+            "step": step,
+            "screenshot": name,
+            "plots": plots,
+            "waiting": waiting,
+            "image": last.image.name if last is not None else "",
+            "deferred": len(last.deferred) if last is not None else 0,
+            "channel_view": window.dock("channel").isVisible() and channel.isVisible(),
+        }
+    )
     bad = [p for p in plots if p["ratio"] < MATCH_NEEDED]
-    print(f"{step}: {len(plots)} plots in view, {len(bad)} not showing their mosaic, {len(waiting)} waiting; "
-          f"{report[-1]['deferred']} records left undrawn by the run", flush=True)
+    print(
+        f"{step}: {len(plots)} plots in view, {len(bad)} not showing their mosaic, {len(waiting)} waiting; "
+        f"{report[-1]['deferred']} records left undrawn by the run",
+        flush=True,
+    )
 
 
 def pointer(*commands: str) -> None:
@@ -171,8 +189,15 @@ def wheel_until(viewport: QWidget, button: str, done, bursts: int = 8) -> bool:
     """Turn the wheel (X button 4 up, 5 down) over ``viewport`` in bursts of notches until ``done()``: a busy
     machine delivers a burst more slowly than it is sent."""
     for _ in range(bursts):
-        pointer(*at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)), "click", "--repeat", "40",
-                "--delay", "10", button)
+        pointer(
+            *at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)),
+            "click",
+            "--repeat",
+            "40",
+            "--delay",
+            "10",
+            button,
+        )
         if wait_until(done, 2.0):
             return True
     return done()
@@ -186,9 +211,11 @@ def rest_pointer(window) -> None:
 
 def first_panel_in_view(window, kind: str = "forward"):
     """The panel of ``kind`` with the most of its mosaic view on screen (any kind when none of it shows)."""
+
     def seen(panel) -> int:
         rect = visible_rect(panel._view.viewport())
         return rect.height() if rect.width() > 20 else 0
+
     panels = [p for p in window.panel_area.panels.values() if p.picture is not None and seen(p) > 20]
     of_kind = [p for p in panels if p.kind == kind]
     return max(of_kind or panels, key=seen, default=None)
@@ -225,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         def add(action):
             steps.append((name, action))
             return action
+
         return add
 
     @step("start")
@@ -241,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
 
     @step("click a class")
     def _click_class() -> None:
-        rows = [row for row in window.predictions.findChildren(QWidget) if type(row).__name__ == "PredictionRow"
-                and row.isVisible() and row.index is not None]
+        rows = [
+            row
+            for row in window.predictions.findChildren(QWidget)
+            if type(row).__name__ == "PredictionRow" and row.isVisible() and row.index is not None
+        ]
         pointer(*at(rows[2], QPoint(20, rows[2].height() // 2)), "click", "1")
         rest_pointer(window)
 
@@ -250,8 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     def _scroll() -> None:
         bar = window.panel_area.verticalScrollBar()
         viewport = window.panel_area.viewport()
-        pointer(*at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)), "click", "--repeat", "3",
-                "--delay", "60", "5")  # three notches of the wheel down over the page
+        pointer(
+            *at(viewport, QPoint(viewport.width() // 2, viewport.height() // 2)),
+            "click",
+            "--repeat",
+            "3",
+            "--delay",
+            "60",
+            "5",
+        )  # three notches of the wheel down over the page
         assert bar.value() > 0, "the page did not scroll"
         rest_pointer(window)
 
@@ -276,8 +314,19 @@ def main(argv: list[str] | None = None) -> int:
         viewport = panel._view.viewport()
         before = panel._viewbox.viewRange()
         # Ctrl+wheel up twice over tile 0; the pointer stays there: the zoom must show without another event
-        pointer(*at(viewport, tile_point(panel, 0)), "keydown", "ctrl", "click", "--repeat", "2", "--delay", "60",
-                "4", "keyup", "ctrl")
+        pointer(
+            *at(viewport, tile_point(panel, 0)),
+            "keydown",
+            "ctrl",
+            "click",
+            "--repeat",
+            "2",
+            "--delay",
+            "60",
+            "4",
+            "keyup",
+            "ctrl",
+        )
         assert panel._viewbox.viewRange() != before, "Ctrl+wheel did not zoom"
 
     @step("double-click")

@@ -63,16 +63,37 @@ def make_clip(folder: Path) -> None:
     words = ["<pad>", "<unk>", "<s>", "</s>", "a", "photo", "of", "dog", "cat", "coffee", "cup"]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
-                                                             special_tokens=[("<s>", 2), ("</s>", 3)])
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                            eos_token="</s>", model_max_length=16).save_pretrained(folder)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 2), ("</s>", 3)]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        model_max_length=16,
+    ).save_pretrained(folder)
     config = CLIPConfig(
-        text_config={"vocab_size": len(words), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "max_position_embeddings": 16, "eos_token_id": 3, "bos_token_id": 2,
-                     "pad_token_id": 0},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                       "image_size": 224, "patch_size": 16},
+        text_config={
+            "vocab_size": len(words),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 16,
+            "eos_token_id": 3,
+            "bos_token_id": 2,
+            "pad_token_id": 0,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 224,
+            "patch_size": 16,
+        },
         projection_dim=16,
     )
     CLIPModel(config).save_pretrained(folder)
@@ -93,7 +114,8 @@ def save_screen(path: Path) -> None:
     bgra = raw.reshape(height, shot.bytesPerLine())[:, : width * 4].reshape(height, width, 4)
     rgb = np.ascontiguousarray(bgra[:, :, [2, 1, 0]])
     Image.fromarray(rgb).quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-        path, optimize=True)
+        path, optimize=True
+    )
     print(f"saved {path} ({path.stat().st_size // 1024} KB)", flush=True)
 
 
@@ -155,8 +177,14 @@ def main(argv: list[str] | None = None) -> int:
         items = window.input_panel.detections.items
         if items:
             box = min((item.box for item in items), key=lambda b: (b.x1 - b.x0) * (b.y1 - b.y0))
-            pointer(*at(window.input_panel.view.viewport(),
-                        input_point(window, (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2)), "click", "1")
+            pointer(
+                *at(
+                    window.input_panel.view.viewport(),
+                    input_point(window, (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2),
+                ),
+                "click",
+                "1",
+            )
         settle(window, app)
         window.features["grad_cam"].show_module(checks[1])
     else:

@@ -54,8 +54,10 @@ def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, m
 
     monkeypatch.setattr(app_module, "make_window", spy)
     out = tmp_path / "small.png"
-    assert run_gui(None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False, size="1024x700",
-                   ticks="in,grad,gradin") == 0
+    assert (
+        run_gui(None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False, size="1024x700", ticks="in,grad,gradin")
+        == 0
+    )
     image = QImage(str(out))
     assert (image.width(), image.height()) == (1024, 700)
     assert seen["pairs"] == {("layer2.0.conv1", "pre"), ("layer2.0.conv1", "tensor"), ("layer2.0.conv1", "grad_input")}

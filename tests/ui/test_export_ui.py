@@ -47,7 +47,7 @@ def test_png_and_svg_exports_are_the_mosaic_in_its_colormap(window, tmp_path, mo
 
     export_through_menu(panel, "Mosaic as SVG…", tmp_path / "mosaic.svg", monkeypatch)
     document = (tmp_path / "mosaic.svg").read_text()
-    assert "layer1.0.conv1" in document and 'image-rendering' in document
+    assert "layer1.0.conv1" in document and "image-rendering" in document
     np.testing.assert_array_equal(np.asarray(svg_embedded_png(document).convert("RGB")), written)
     assert window.statusBar().currentMessage().startswith("Exported mosaic.svg")
 
@@ -114,8 +114,9 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
     assert manifest["model"]["name"] == "resnet18" and manifest["input_shape"] == [1, 3, 224, 224]
     with np.load(out / "activations.npz") as archive:
         assert set(archive.files) == {"layer1.0.conv1", "layer4.1.conv2"}
-        np.testing.assert_array_equal(archive["layer1.0.conv1"],
-                                      record_of(window, "forward", "layer1.0.conv1").tensor.numpy())
+        np.testing.assert_array_equal(
+            archive["layer1.0.conv1"], record_of(window, "forward", "layer1.0.conv1").tensor.numpy()
+        )
     with np.load(out / "inputs.npz") as archive:
         assert "layer2.0.conv1" in archive.files
     with np.load(out / "tensor_gradients.npz") as archive:  # the Grad column: tensor hooks

@@ -25,7 +25,7 @@ from app.ui.state.workspace import Workspace
 
 RUN_TIMEOUT_MS = 120_000
 
-MODELS = '''
+MODELS = """
 import torch
 from torch import nn
 
@@ -68,7 +68,7 @@ def nan_weights():
 
 def fine():
     return Small()
-'''
+"""
 
 
 @pytest.fixture
@@ -114,8 +114,9 @@ def test_a_model_that_raises_is_reported_as_the_models_failure(workspace, model_
 
 
 # ---- (f) NaN and inf ---------------------------------------------------------------------------------------
-def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_head(workspace, host, model_py,
-                                                                                    qtbot) -> None:
+def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_head(
+    workspace, host, model_py, qtbot
+) -> None:
     banner = NumericHealthFeature(workspace, host)
     assert host.notice_rows == [banner.banner] and banner.text == ""
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
@@ -150,8 +151,9 @@ def test_an_all_zero_gradient_still_reads_as_before() -> None:
 
 
 # ---- (c) sessions --------------------------------------------------------------------------------------------
-def test_a_session_with_an_unreadable_image_a_bad_edit_and_a_bad_hook_restores_the_rest(workspace, qtbot,
-                                                                                          tmp_path) -> None:
+def test_a_session_with_an_unreadable_image_a_bad_edit_and_a_bad_hook_restores_the_rest(
+    workspace, qtbot, tmp_path
+) -> None:
     host = FakeHost()
     qtbot.addWidget(host.parent)
     feature = SessionFilesFeature(workspace, host)

@@ -37,14 +37,18 @@ def test_it_contributes_its_slot_and_menu_entries(feature, host) -> None:
     assert host.actions["file.clear_image_b"].title == "Clear image B"
     views = [spec for spec in host.actions.values() if spec.menu == VIEW_MENU]
     assert [spec.title for spec in sorted(views, key=lambda s: s.order)] == [
-        "image A", "image B", "the difference A − B"]
+        "image A",
+        "image B",
+        "the difference A − B",
+    ]
     assert host.actions[VIEW_MENU].menu == "View"  # the submenu's place in the View menu
     assert host.actions["view.sort.diff"].menu == "View/Channel order (all panels)"
     assert all(spec.title.strip("…") for spec in host.actions.values())  # every entry has words
 
 
-def test_image_b_runs_through_the_same_hooks_and_shows_in_its_slot(feature, workspace, host, qtbot, photos,
-                                                                   monkeypatch) -> None:
+def test_image_b_runs_through_the_same_hooks_and_shows_in_its_slot(
+    feature, workspace, host, qtbot, photos, monkeypatch
+) -> None:
     monkeypatch.setattr(feature, "ask_image_b_path", lambda: str(photos[1]))
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS) as applied:
         host.trigger("file.open_image_b")
@@ -60,8 +64,12 @@ def test_image_b_runs_through_the_same_hooks_and_shows_in_its_slot(feature, work
     with HookRegistry(loaded.module) as registry:
         registry.add("layer1.0.conv1", "forward")
         direct = capture_run(loaded.module, registry, loaded.preprocess.to_tensor(read_image(photos[1])))
-    np.testing.assert_allclose(record(result_b, "forward", "layer1.0.conv1").tensor.numpy(),
-                               record(direct, "forward", "layer1.0.conv1").tensor.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        record(result_b, "forward", "layer1.0.conv1").tensor.numpy(),
+        record(direct, "forward", "layer1.0.conv1").tensor.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     views = outcome.comparison.views[("forward", "layer1.0.conv1")]
     assert set(views) == {"A", "B", "diff"}
     a, b = record(result_a, "forward", "layer1.0.conv1"), record(result_b, "forward", "layer1.0.conv1")
@@ -93,8 +101,7 @@ def test_the_view_menu_sets_every_panels_view_in_the_workspace(feature, workspac
         feature.show_view_everywhere("C")
 
 
-def test_an_unreadable_image_b_is_dropped_and_the_results_stay(feature, workspace, host, qtbot,
-                                                               tmp_path: Path) -> None:
+def test_an_unreadable_image_b_is_dropped_and_the_results_stay(feature, workspace, host, qtbot, tmp_path: Path) -> None:
     before = workspace.last
     broken = tmp_path / "second.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))

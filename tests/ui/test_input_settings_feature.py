@@ -31,10 +31,13 @@ def test_input_settings_change_what_the_model_is_fed(inputs, workspace, host, qt
     assert workspace.last.result.input.shape == (1, 3, 224, 224)
     before = workspace.last.result.records
     asked = []
-    monkeypatch.setattr(inputs, "ask_input",
-                        lambda loaded: asked.append(loaded) or custom_preprocess(size=160, mean=[0.5], std=[0.25]))
-    with qtbot.waitSignal(workspace.preprocess_changed), qtbot.waitSignal(workspace.run_applied,
-                                                                         timeout=RUN_TIMEOUT_MS):
+    monkeypatch.setattr(
+        inputs, "ask_input", lambda loaded: asked.append(loaded) or custom_preprocess(size=160, mean=[0.5], std=[0.25])
+    )
+    with (
+        qtbot.waitSignal(workspace.preprocess_changed),
+        qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS),
+    ):
         qtbot.mouseClick(inputs.button, Qt.MouseButton.LeftButton)
     assert len(asked) == 1
     result = workspace.last.result
@@ -57,8 +60,10 @@ def test_input_settings_change_what_the_model_is_fed(inputs, workspace, host, qt
 
 def test_a_model_file_starts_from_a_guess(inputs, workspace, qtbot, tmp_path):
     code = tmp_path / "model.py"
-    code.write_text("from torch import nn\n"
-                    "def build():\n    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3))\n")
+    code.write_text(
+        "from torch import nn\n"
+        "def build():\n    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3))\n"
+    )
     source = ModelSource(file=f"{code}:build", trust=True)
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         workspace.load_model_with("model.py:build", lambda: open_model(source))

@@ -91,8 +91,14 @@ def test_it_counts_the_live_handles_and_copies_each_hooks_code(inspector, worksp
     qtbot.mouseClick(inspector.copy_all_button, Qt.MouseButton.LeftButton)
     script = QApplication.clipboard().text()
     space = workspace  # the run on screen as a standalone script (tests/ui/test_script_copy.py runs one)
-    assert script == standalone_script(space.loaded, registry, image=space.image.path, target=space.target,
-                                       device=space.device, what="the hook inspector")
+    assert script == standalone_script(
+        space.loaded,
+        registry,
+        image=space.image.path,
+        target=space.target,
+        device=space.device,
+        what="the hook inspector",
+    )
     compile(script, "<hookscope script>", "exec")  # runnable Python, not just text
 
 
@@ -112,8 +118,10 @@ def test_remove_one_unticks_it_and_remove_all_leaves_no_hook(inspector, workspac
         workspace.tick("layer2.0.bn1", "pre")
     assert workspace.registry.handle_count() == 3
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
-        qtbot.mouseClick(inspector.table.cellWidget(row_of(inspector, "layer3", "forward", edit=True), REMOVE),
-                         Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(
+            inspector.table.cellWidget(row_of(inspector, "layer3", "forward", edit=True), REMOVE),
+            Qt.MouseButton.LeftButton,
+        )
     assert workspace.registry.edits() == [] and edit_id is not None  # removed, not switched off
     assert not workspace.registry.module("layer3")._forward_hooks
 
@@ -136,8 +144,13 @@ def test_a_features_own_hook_is_listed_while_it_lives(workspace, host) -> None:
 
     inspector = InspectorFeature(workspace, host)
     before = inspector.count
-    info = HookInfo("layer2.0.conv1", "forward", FORWARD, label="Visualize channel 3",
-                    note="Feature visualization: removed when it ends.")
+    info = HookInfo(
+        "layer2.0.conv1",
+        "forward",
+        FORWARD,
+        label="Visualize channel 3",
+        note="Feature visualization: removed when it ends.",
+    )
     workspace.add_external_hook(info)
     assert inspector.count == before + 1
     assert any(row is info for row in inspector.infos)

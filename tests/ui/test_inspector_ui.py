@@ -77,8 +77,14 @@ def test_the_inspector_counts_the_live_handles_and_copies_each_hooks_code(window
     qtbot.mouseClick(inspector.copy_all_button, Qt.MouseButton.LeftButton)
     script = QApplication.clipboard().text()
     space = window.workspace  # the run on screen as a standalone script (tests/ui/test_script_copy.py runs one)
-    assert script == standalone_script(space.loaded, registry, image=space.image.path, target=space.target,
-                                       device=space.device, what="the hook inspector")
+    assert script == standalone_script(
+        space.loaded,
+        registry,
+        image=space.image.path,
+        target=space.target,
+        device=space.device,
+        what="the hook inspector",
+    )
     compile(script, "<hookscope script>", "exec")  # runnable Python, not just text
 
 

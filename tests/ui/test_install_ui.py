@@ -61,11 +61,19 @@ def test_several_files_open_the_first_and_queue_the_rest(photos, qtbot, monkeypa
 
 def test_no_display_is_one_line_in_the_log_and_on_stderr(tmp_path: Path) -> None:
     """As a double-click without a desktop session would start it: the window's command, no DISPLAY."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM", SETTINGS_DIR_ENV, "XDG_DATA_HOME")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM", SETTINGS_DIR_ENV, "XDG_DATA_HOME")
+    }
     env["HOME"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-c", "from app.cli import main; raise SystemExit(main())"],
-                          capture_output=True, text=True, env=env, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; raise SystemExit(main())"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
     log = tmp_path / ".local" / "share" / "Hookscope" / "Hookscope" / "hookscope-errors.log"
     assert done.returncode == 1, done.stderr  # not Qt's abort (134)
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("hookscope: error: Hookscope needs a graphical")

@@ -189,8 +189,11 @@ def test_a_failure_is_routed_by_the_errors_fields_not_its_text(feature, workspac
         third = feature.add_edit(Intervention("keep", PATH, channels=(0,)))
         error = RuntimeError("something inside a hook")
         workspace.failed.emit(RunFailure(str(error), error))
-    assert [(i, e.enabled) for i, e, _ in workspace.registry.edits()] == [(first, True), (second, False),
-                                                                         (third, False)]
+    assert [(i, e.enabled) for i, e, _ in workspace.registry.edits()] == [
+        (first, True),
+        (second, False),
+        (third, False),
+    ]
     assert set(feature.failed) == {second, third}
     # A failed load is no run's fault.
     error = RunError("no", edit_spec="zero:layer1.0.conv1:1")

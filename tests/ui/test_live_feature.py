@@ -42,23 +42,40 @@ def shown(workspace):
 
 
 def test_it_contributes_file_menu_entries_and_a_drop_handler(feature, host, tmp_path):
-    ids = ("file.open_video", "file.open_camera", "file.live_freeze", "file.live_next_frame", "file.live_previous_frame",
-           "file.live_record", "file.live_stop_recording", "file.live_stop")
-    assert [host.actions[i].title for i in ids] == ["Open video…", "Open camera…", "Freeze / resume the video (Space)",
-                                                    "Next frame of the video (.)", "Previous frame of the video (,)",
-                                                    "Record what is seen…", "Stop recording",
-                                                    "Close the video or camera"]
+    ids = (
+        "file.open_video",
+        "file.open_camera",
+        "file.live_freeze",
+        "file.live_next_frame",
+        "file.live_previous_frame",
+        "file.live_record",
+        "file.live_stop_recording",
+        "file.live_stop",
+    )
+    assert [host.actions[i].title for i in ids] == [
+        "Open video…",
+        "Open camera…",
+        "Freeze / resume the video (Space)",
+        "Next frame of the video (.)",
+        "Previous frame of the video (,)",
+        "Record what is seen…",
+        "Stop recording",
+        "Close the video or camera",
+    ]
     assert host.input_rows == [feature.bar] and not feature.bar.isVisibleTo(host.parent)  # shown for a video only
     assert all(host.actions[i].menu == "File" for i in ("file.open_video", "file.open_camera"))
     assert host.drop_handlers == [feature._on_drop]
-    assert feature._on_drop([str(tmp_path / "a.png"), str(tmp_path / "b.txt")]) == [str(tmp_path / "a.png"),
-                                                                                    str(tmp_path / "b.txt")]
+    assert feature._on_drop([str(tmp_path / "a.png"), str(tmp_path / "b.txt")]) == [
+        str(tmp_path / "a.png"),
+        str(tmp_path / "b.txt"),
+    ]
     # no Space shortcut while nothing plays: the module tree keeps its own Space
     assert not host.parent.findChildren(QShortcut)
 
 
-def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(feature, workspace, host, qtbot, shown,
-                                                                         tmp_path):
+def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(
+    feature, workspace, host, qtbot, shown, tmp_path
+):
     clip = write_video(tmp_path / "clip.mp4", frames=30, fps=30.0)  # a frame every 33 ms: faster than the model
     assert feature._on_drop([str(clip)]) == []
     assert feature.playing
@@ -77,8 +94,9 @@ def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(feature
     assert workspace.image == source and workspace.last.image == source  # the last frame stays, as an image
 
 
-def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_there(feature, workspace, host, qtbot,
-                                                                                     shown, tmp_path):
+def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_there(
+    feature, workspace, host, qtbot, shown, tmp_path
+):
     clip = write_video(tmp_path / "clip.avi", frames=32, fps=4.0)  # 8 s: a loaded machine's first runs are slow
     feature.open_video(clip)
     qtbot.waitUntil(lambda: len(shown) >= 1, timeout=RUN_TIMEOUT_MS)
@@ -112,8 +130,9 @@ def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_th
     assert not feature.playing and not any(k.isEnabled() for k in host.parent.findChildren(QShortcut))
 
 
-def test_the_slider_and_comma_go_to_any_frame_and_space_plays_on_from_there(feature, workspace, host, qtbot, shown,
-                                                                             tmp_path):
+def test_the_slider_and_comma_go_to_any_frame_and_space_plays_on_from_there(
+    feature, workspace, host, qtbot, shown, tmp_path
+):
     clip = write_video(tmp_path / "clip.mp4", frames=30, fps=2.0)  # 15 s: it never gets far by itself
     feature.open_video(clip)
     qtbot.waitUntil(lambda: len(shown) >= 1, timeout=RUN_TIMEOUT_MS)
@@ -136,8 +155,9 @@ def test_the_slider_and_comma_go_to_any_frame_and_space_plays_on_from_there(feat
     assert not feature.frozen
 
 
-def test_a_truncated_video_shows_its_frames_then_one_error_and_the_results_stay(feature, workspace, host, qtbot,
-                                                                               shown, tmp_path):
+def test_a_truncated_video_shows_its_frames_then_one_error_and_the_results_stay(
+    feature, workspace, host, qtbot, shown, tmp_path
+):
     cut = truncate(write_video(tmp_path / "whole.avi", frames=30, fps=100.0), tmp_path / "cut.avi")
     feature.open_video(cut)
     qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)
@@ -188,14 +208,17 @@ def test_in_the_window_a_dropped_video_plays_and_closing_the_window_stops_it(win
     shown = live.shown
     qtbot.waitUntil(lambda: live.shown >= shown + 2, timeout=RUN_TIMEOUT_MS)
     qtbot.wait(20)
-    assert window.statusBar().currentMessage().startswith(f"{clip}: source ") and " frames dropped" in \
-        window.statusBar().currentMessage()
+    assert (
+        window.statusBar().currentMessage().startswith(f"{clip}: source ")
+        and " frames dropped" in window.statusBar().currentMessage()
+    )
     window.close()
     assert not live.playing and not stream._thread.is_alive() and stream.source.closed
 
 
-def test_recording_writes_the_frames_as_they_came_on_screen_with_grad_cam_beside_them(feature, workspace, host,
-                                                                                      qtbot, shown, tmp_path):
+def test_recording_writes_the_frames_as_they_came_on_screen_with_grad_cam_beside_them(
+    feature, workspace, host, qtbot, shown, tmp_path
+):
     host.trigger("file.live_record")  # nothing plays: nothing to record
     assert host.statuses[-1].startswith("Open a video or camera first") and feature.recorder is None
     workspace.set_ticked([("layer2", "forward"), ("layer2", "tensor")], True)  # Act and Grad of layer2

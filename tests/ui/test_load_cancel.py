@@ -128,8 +128,10 @@ def test_the_cancel_action_and_choosing_another_model_while_build_hangs(workspac
     workspace.load_model_with("model.py:build", lambda: open_model(source))
     runner = workspace.scheduler.runner
     # The load itself must be running (not the workspace's first run still finishing ahead of it in the queue).
-    qtbot.waitUntil(lambda: _pool_active() == 1 and runner.running_job is not None
-                    and runner.running_job.label == "load", timeout=10_000)
+    qtbot.waitUntil(
+        lambda: _pool_active() == 1 and runner.running_job is not None and runner.running_job.label == "load",
+        timeout=10_000,
+    )
     with qtbot.waitSignal(workspace.load_cancelled, timeout=1000):
         assert host.trigger(CANCEL_ACTION) is True
     assert workspace.loaded is old
@@ -211,10 +213,15 @@ def test_a_process_whose_build_never_returns_still_ends(tmp_path):
     spec = _stuck_file(tmp_path / "stuck", STUCK_BUILD)  # never released: the process must end regardless
     probe = tmp_path / "probe.py"
     probe.write_text(textwrap.dedent(EXIT_PROBE))
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HOOKSCOPE_SETTINGS_DIR": str(tmp_path / "settings"),
-           "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(probe), spec], capture_output=True, text=True, timeout=240, env=env,
-                          cwd=tmp_path)
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "HOOKSCOPE_SETTINGS_DIR": str(tmp_path / "settings"),
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, str(probe), spec], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     closed = float(lines[0].split()[2])

@@ -38,7 +38,9 @@ def test_a_removed_panel_lets_go_of_its_run_at_once(window, qtbot):
     reference cycles are collected (automatic collection is off in the window: the collector is kept from running
     here, so only reference counting can free it)."""
     space, area = window.workspace, window.panel_area
-    ident, panel = next((i, p) for i, p in area.panels.items() if p.picture is not None and p.picture.record is not None)
+    ident, panel = next(
+        (i, p) for i, p in area.panels.items() if p.picture is not None and p.picture.record is not None
+    )
     tensor = weakref.ref(panel.picture.record.tensor)
     path, kind = panel.path, panel.kind
     del panel
@@ -57,8 +59,11 @@ def test_a_removed_panel_lets_go_of_its_run_at_once(window, qtbot):
 def test_a_model_switch_collects_the_old_model_and_its_panels(window, qtbot):
     space = window.workspace
     old = weakref.ref(space.loaded.module)
-    pictures = [weakref.ref(p.picture.record.tensor) for p in window.panel_area.panels.values()
-                if p.picture is not None and p.picture.record is not None]
+    pictures = [
+        weakref.ref(p.picture.record.tensor)
+        for p in window.panel_area.panels.values()
+        if p.picture is not None and p.picture.record is not None
+    ]
     assert pictures
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         space.set_model("mobilenet_v3_small", "none")

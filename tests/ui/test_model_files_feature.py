@@ -65,8 +65,9 @@ def test_actions_and_drop_handler_are_declared(files, host):
     assert is_model_file("a/b.safetensors") and is_model_file("m.py:build") and not is_model_file("cat.png")
 
 
-def test_a_dropped_state_dict_asks_for_its_architecture_and_loads(files, workspace, host, qtbot, tmp_path, photos,
-                                                                 monkeypatch):
+def test_a_dropped_state_dict_asks_for_its_architecture_and_loads(
+    files, workspace, host, qtbot, tmp_path, photos, monkeypatch
+):
     torch.manual_seed(7)
     saved = torchvision.models.resnet18().state_dict()
     path = tmp_path / "cats_finetuned.pth"
@@ -74,7 +75,9 @@ def test_a_dropped_state_dict_asks_for_its_architecture_and_loads(files, workspa
     before = workspace.ticked_pairs()
     old_module = workspace.loaded.module
     asked = []
-    monkeypatch.setattr(files, "ask_architecture", lambda file, keys, fits: asked.append((file, keys, fits)) or ("resnet18", False))
+    monkeypatch.setattr(
+        files, "ask_architecture", lambda file, keys, fits: asked.append((file, keys, fits)) or ("resnet18", False)
+    )
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         rest = host.drop_handlers[0]([str(photos[0]), str(path)])
     assert rest == [str(photos[0])]  # images are left for the image list
@@ -138,7 +141,9 @@ def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(files, workspace
     assert "does not fit resnet18" in message and "shape mismatch" in message and "fc.weight" in message
     assert "(10, 512)" in message and "non-strict" in message and "--" not in message
     assert host.errors[-1] == message
-    assert workspace.loaded is previous and forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD  # nothing half-loaded
+    assert (
+        workspace.loaded is previous and forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD
+    )  # nothing half-loaded
 
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         files.open(path)
@@ -219,7 +224,9 @@ def test_torchscript_and_other_files_are_refused_and_the_results_stay(files, wor
     assert "not a PyTorch model or weights file" in refused.args[0]
     assert "TorchScript" in host.errors[-2] and "not a PyTorch model" in host.errors[-1]  # both shown
     assert workspace.loaded is previous and workspace.last is results
-    assert forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD  # the previous hooks are still on the previous model
+    assert (
+        forward_hooks(workspace, "layer1.0.conv1") == ACT_AND_GRAD
+    )  # the previous hooks are still on the previous model
 
 
 def test_the_open_dialog_starts_in_the_last_folder_used(workspace, host, tmp_path, monkeypatch, qtbot):

@@ -35,12 +35,14 @@ RUN_TIMEOUT_MS = 120_000
 def dropfiles_in(window: MainWindow, paths: list[Path]) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
-    enter = QDragEnterEvent(QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window, enter)
     assert enter.isAccepted()
-    drop = QDropEvent(QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                      Qt.KeyboardModifier.NoModifier)
+    drop = QDropEvent(
+        QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window, drop)
 
 
@@ -95,8 +97,11 @@ def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window,
     torch.save(saved, path)
     before = window.workspace.ticked_pairs()
     asked = []
-    monkeypatch.setattr(modelfiles_in(window), "ask_architecture",
-                        lambda file, keys, *fits: asked.append((file, keys)) or ("resnet18", False))
+    monkeypatch.setattr(
+        modelfiles_in(window),
+        "ask_architecture",
+        lambda file, keys, *fits: asked.append((file, keys)) or ("resnet18", False),
+    )
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         dropfiles_in(window, [path])
     assert asked == [(str(path), len(saved))]
@@ -115,7 +120,9 @@ def test_dropped_state_dict_asks_for_the_architecture_and_loads_the_file(window,
     assert actions[0].text() == "cats_finetuned.pth as resnet18" and actions[0].toolTip() == str(path)
     with qtbot.waitSignal(window.workspace.model_changed, timeout=RUN_TIMEOUT_MS):
         actions[0].trigger()
-    assert window.workspace.loaded is not loaded and torch.equal(window.workspace.loaded.module.fc.weight, saved["fc.weight"])
+    assert window.workspace.loaded is not loaded and torch.equal(
+        window.workspace.loaded.module.fc.weight, saved["fc.weight"]
+    )
 
 
 def test_a_state_dict_that_does_not_fit_stops_unless_non_strict(window, qtbot, tmp_path, monkeypatch):
@@ -149,7 +156,9 @@ def test_a_pickled_model_opens_only_when_trusted(window, qtbot, tmp_path, monkey
     torch.save(MarkerNet(marker), path)
     previous, results = window.workspace.loaded, window.workspace.last
     asked = []
-    monkeypatch.setattr(modelfiles_in(window), "ask_trust", lambda file, objects: asked.append((file, objects)) or False)
+    monkeypatch.setattr(
+        modelfiles_in(window), "ask_trust", lambda file, objects: asked.append((file, objects)) or False
+    )
     with qtbot.waitSignal(modelfiles_in(window).refused, timeout=RUN_TIMEOUT_MS) as refused:
         dropfiles_in(window, [path])
     assert asked and asked[0][0] == str(path)
@@ -224,8 +233,9 @@ def test_timm_models_join_the_model_list_when_timm_is_installed(make_window, qtb
 def test_input_settings_change_what_the_model_is_fed(window, qtbot, monkeypatch):
     assert window.workspace.last.result.input.shape == (1, 3, 224, 224)
     assert "the weights' own transforms" in input_settings(window).requirements.text()
-    monkeypatch.setattr(input_settings(window), "ask_input",
-                        lambda loaded: custom_preprocess(size=160, mean=[0.5], std=[0.25]))
+    monkeypatch.setattr(
+        input_settings(window), "ask_input", lambda loaded: custom_preprocess(size=160, mean=[0.5], std=[0.25])
+    )
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         input_settings(window).button.click()
     result = window.workspace.last.result
@@ -257,8 +267,9 @@ def test_download_button_fetches_the_weights_with_progress_then_uses_them(make_w
     download = weights_download(window)
     assert download.download_button.isVisible() and download.download_button.text() == "Download (5 MB)"
     texts, values = [], []
-    download.progressed.connect(lambda *_: (texts.append(download.transfer.text()),
-                                            values.append(download.progress.value())))
+    download.progressed.connect(
+        lambda *_: (texts.append(download.transfer.text()), values.append(download.progress.value()))
+    )
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(download.download_button, Qt.MouseButton.LeftButton)
         qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS).wait()

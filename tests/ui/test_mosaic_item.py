@@ -54,7 +54,9 @@ def assert_shows_the_mosaic_scaled(rendered, picture: PanelPicture) -> None:
     for y in range(0, h, 3):
         for x in range(0, w, 3):
             fx, fy = (x + 0.5) * width / w, (y + 0.5) * height / h
-            near = {layout.tile_at(fx + dx, fy + dy) for dx in (-step - 1, 0, step + 1) for dy in (-step - 1, 0, step + 1)}
+            near = {
+                layout.tile_at(fx + dx, fy + dy) for dx in (-step - 1, 0, step + 1) for dy in (-step - 1, 0, step + 1)
+            }
             if len(near) == 1:  # well inside one tile, or the padding
                 checked += 1
                 assert rgb(rendered.qimage, x, y) == rgb(full.qimage, int(fx), int(fy)), (x, y)
@@ -159,11 +161,15 @@ def test_a_panel_paints_the_workers_mosaic_pixel_for_pixel(qtbot, ratio: float) 
     qtbot.wait(10)
     fit = panel.view_size()
     assert fit is not None
-    picture = with_rendering(picture_of(record(values), PanelSettings()), (round(fit[0] * ratio), round(fit[1] * ratio)))
+    picture = with_rendering(
+        picture_of(record(values), PanelSettings()), (round(fit[0] * ratio), round(fit[1] * ratio))
+    )
     panel.show_picture(picture)
     worker = picture.rendered.qimage
     view = panel._view
-    target = QImage(round(view.width() * ratio), round(view.height() * ratio), QImage.Format.Format_ARGB32_Premultiplied)
+    target = QImage(
+        round(view.width() * ratio), round(view.height() * ratio), QImage.Format.Format_ARGB32_Premultiplied
+    )
     target.setDevicePixelRatio(ratio)
     target.fill(0)
     painter = QPainter(target)
@@ -194,12 +200,17 @@ def test_the_mosaic_lands_where_its_view_is_in_a_shared_backing_store(qtbot, rat
     panel.show_picture(with_rendering(picture_of(record(values), PanelSettings()), None))
     qtbot.wait(10)
     fit = panel.view_size()
-    picture = with_rendering(picture_of(record(values), PanelSettings()), (round(fit[0] * ratio), round(fit[1] * ratio)))
+    picture = with_rendering(
+        picture_of(record(values), PanelSettings()), (round(fit[0] * ratio), round(fit[1] * ratio))
+    )
     panel.show_picture(picture)
     worker = picture.rendered.qimage
     offset = QPoint(37, 53)  # where the panel sits in the "window"
-    target = QImage(round((panel.width() + 80) * ratio), round((panel.height() + 80) * ratio),
-                    QImage.Format.Format_ARGB32_Premultiplied)
+    target = QImage(
+        round((panel.width() + 80) * ratio),
+        round((panel.height() + 80) * ratio),
+        QImage.Format.Format_ARGB32_Premultiplied,
+    )
     target.setDevicePixelRatio(ratio)
     target.fill(0)
     panel.render(target, offset)

@@ -63,8 +63,9 @@ def captured() -> Captured:
     return Captured(pictures, comparison.views, order)
 
 
-def make_area(qtbot, captured: Captured, width: int, height: int, pairs: set = PAIRS,
-              host: QMainWindow | None = None) -> PanelArea:
+def make_area(
+    qtbot, captured: Captured, width: int, height: int, pairs: set = PAIRS, host: QMainWindow | None = None
+) -> PanelArea:
     area = PanelArea(captured.tree_order.__getitem__, host=host)
     if host is None:
         qtbot.addWidget(area)
@@ -169,8 +170,16 @@ def test_every_plot_is_200_px_wide_and_can_be_scrolled_into_full_view(qtbot, cap
 
 def wheel(widget: QWidget, at: QPointF, modifiers=Qt.KeyboardModifier.NoModifier, steps: int = -1) -> None:
     """One notch of the wheel (down for a negative ``steps``) over ``widget`` at ``at``."""
-    event = QWheelEvent(at, widget.mapToGlobal(at), QPoint(), QPoint(0, 120 * steps), Qt.MouseButton.NoButton,
-                        modifiers, Qt.ScrollPhase.NoScrollPhase, False)
+    event = QWheelEvent(
+        at,
+        widget.mapToGlobal(at),
+        QPoint(),
+        QPoint(0, 120 * steps),
+        Qt.MouseButton.NoButton,
+        modifiers,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, event)
 
 
@@ -259,8 +268,12 @@ def test_each_panel_has_a_colour_legend_with_the_range_it_maps(qtbot, captured) 
 def overlapping(widgets: list[QWidget]) -> list[tuple[str, str]]:
     shown = [w for w in widgets if w.isVisible()]
     rects = {id(w): QRect(w.mapToGlobal(QPoint(0, 0)), w.size()) for w in shown}
-    return [(a.objectName() or type(a).__name__, b.objectName() or type(b).__name__)
-            for n, a in enumerate(shown) for b in shown[n + 1:] if rects[id(a)].intersects(rects[id(b)])]
+    return [
+        (a.objectName() or type(a).__name__, b.objectName() or type(b).__name__)
+        for n, a in enumerate(shown)
+        for b in shown[n + 1 :]
+        if rects[id(a)].intersects(rects[id(b)])
+    ]
 
 
 def test_the_toolbar_stays_readable_at_the_least_panel_width(qtbot, captured) -> None:
@@ -313,8 +326,9 @@ def test_a_runs_b_views_reach_the_panels_and_the_chosen_view_is_a_panel_setting(
     area.show()
     pairs = {("layer4.1.conv2", "forward"), ("layer4.1.conv2", "tensor")}
     chosen = {pair: PanelSettings(view="diff") for pair in pairs}
-    area.show_results(captured.pictures, pairs, lambda p, k: "did not run", chosen.__getitem__,
-                      views=captured.comparison_views)
+    area.show_results(
+        captured.pictures, pairs, lambda p, k: "did not run", chosen.__getitem__, views=captured.comparison_views
+    )
     panel = area.panels[("forward", "layer4.1.conv2")]
     assert set(panel.views) == {"A", "B", "diff"} and panel.view_box.isVisibleTo(panel)
     shown = [p for p in captured.pictures if (p.kind, p.key) == panel.ident][0]

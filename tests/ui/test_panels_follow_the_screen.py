@@ -10,8 +10,17 @@ from PIL import Image
 
 from app.ui.state.requests import ImageSource
 
-MODULES = ("conv1", "layer1.0.conv1", "layer1.1.conv2", "layer2.0.conv1", "layer2.1.conv2", "layer3.0.conv1",
-           "layer3.1.conv2", "layer4.0.conv1", "layer4.1.conv2")
+MODULES = (
+    "conv1",
+    "layer1.0.conv1",
+    "layer1.1.conv2",
+    "layer2.0.conv1",
+    "layer2.1.conv2",
+    "layer3.0.conv1",
+    "layer3.1.conv2",
+    "layer4.0.conv1",
+    "layer4.1.conv2",
+)
 KINDS = ("forward", "tensor")
 
 
@@ -88,7 +97,8 @@ def test_the_channel_views_panel_follows_every_run_wherever_it_is(tall, qtbot) -
         window.workspace.run_again()
     assert first.ident not in {(r.kind, r.key) for r in window.workspace.last.deferred}
     assert window.channel_view.picture.record is next(
-        r for r in window.workspace.last.result.records if (r.kind, r.key) == first.ident)
+        r for r in window.workspace.last.result.records if (r.kind, r.key) == first.ident
+    )
 
 
 def test_with_image_b_a_panel_scrolled_in_gets_its_a_b_and_difference_views(tall, qtbot, photos) -> None:

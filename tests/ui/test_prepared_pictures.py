@@ -14,8 +14,14 @@ from app.core.pictures.views import as_channels, mosaic, under_centres
 from app.ui.state.rendering import color_table, lut_of
 from app.ui.state.requests import ImageSource, RunRequest, execute_run
 
-TICKS = [("layer1.0.conv1", "forward"), ("layer1.0.conv1", "tensor"), ("layer3.1", "forward"), ("layer3.1", "tensor"),
-         ("avgpool", "forward"), ("fc", "tensor")]
+TICKS = [
+    ("layer1.0.conv1", "forward"),
+    ("layer1.0.conv1", "tensor"),
+    ("layer3.1", "forward"),
+    ("layer3.1", "tensor"),
+    ("avgpool", "forward"),
+    ("fc", "tensor"),
+]
 
 
 def test_a_run_is_prepared_without_full_resolution_copies(qapp) -> None:
@@ -26,8 +32,9 @@ def test_a_run_is_prepared_without_full_resolution_copies(qapp) -> None:
         for path, kind in TICKS:
             registry.add(path, kind)
         settings = {("layer3.1", "forward"): PanelSettings(sort="mean", scaling="shared")}
-        request = RunRequest.freeze(1, loaded, registry, image, "cpu", "top1", settings, PanelSettings(),
-                                    image_b=other, fit=(300, 280))
+        request = RunRequest.freeze(
+            1, loaded, registry, image, "cpu", "top1", settings, PanelSettings(), image_b=other, fit=(300, 280)
+        )
         outcome = execute_run(request, lambda: False)
 
     pictures = {(p.kind, p.key): p for p in outcome.pictures}
@@ -52,8 +59,9 @@ def test_a_run_is_prepared_without_full_resolution_copies(qapp) -> None:
         height, width = picture.arrangement.size
         step = max(1, min(width // qimage.width(), height // qimage.height()))
         sampled = picture.arrangement.sampled(step)
-        under = sampled[np.ix_(under_centres(sampled.shape[0], qimage.height()),
-                               under_centres(sampled.shape[1], qimage.width()))]
+        under = sampled[
+            np.ix_(under_centres(sampled.shape[0], qimage.height()), under_centres(sampled.shape[1], qimage.width()))
+        ]
         painted = np.frombuffer(qimage.constBits(), np.uint32).reshape(qimage.height(), -1)[:, : qimage.width()]
         np.testing.assert_array_equal(painted, np.array(color_table(lut_of(picture)), dtype=np.uint32)[under])
         for step in (1, 2, 3):  # the sampled mosaic is the numpy one's at any step

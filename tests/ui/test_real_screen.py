@@ -26,9 +26,28 @@ from real_screen import MATCH_NEEDED
 DRIVER = Path(__file__).with_name("real_screen.py")
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "resources"
-STEPS = ("start", "open image", "next image", "click a class", "scroll", "scroll to the end", "scroll back", "zoom", "double-click", "channel view",
-         "top images", "lessons", "resize", "image b", "a minus b", "pop out", "channel view closed", "run again",
-         "video", "video resumed")
+STEPS = (
+    "start",
+    "open image",
+    "next image",
+    "click a class",
+    "scroll",
+    "scroll to the end",
+    "scroll back",
+    "zoom",
+    "double-click",
+    "channel view",
+    "top images",
+    "lessons",
+    "resize",
+    "image b",
+    "a minus b",
+    "pop out",
+    "channel view closed",
+    "run again",
+    "video",
+    "video resumed",
+)
 
 
 @contextmanager
@@ -37,8 +56,12 @@ def x_server(width: int, height: int, window_manager: bool) -> Iterator[str]:
     xvfb = shutil.which("Xvfb")
     assert xvfb, "Xvfb is needed for the real-screen tests (Debian: apt-get install xvfb; .ci/run installs it)"
     read, write = os.pipe()
-    server = subprocess.Popen([xvfb, "-displayfd", str(write), "-screen", "0", f"{width}x{height}x24", "-nolisten",
-                               "tcp"], pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [xvfb, "-displayfd", str(write), "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
+        pass_fds=(write,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.close(write)
     with os.fdopen(read) as answer:
         number = answer.readline().strip()
@@ -49,8 +72,9 @@ def x_server(width: int, height: int, window_manager: bool) -> Iterator[str]:
         if window_manager:
             openbox = shutil.which("openbox")
             assert openbox, "openbox is needed for the window-manager case (apt-get install openbox)"
-            manager = subprocess.Popen([openbox], env={**os.environ, "DISPLAY": display},
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            manager = subprocess.Popen(
+                [openbox], env={**os.environ, "DISPLAY": display}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
         yield display
     finally:
         for process in (manager, server):
@@ -61,21 +85,43 @@ def x_server(width: int, height: int, window_manager: bool) -> Iterator[str]:
 
 def drive(display: str, size: tuple[int, int], out: Path, home: Path) -> list[dict]:
     photos = [str(SAMPLES / "coffee.png"), str(SAMPLES / "chelsea.png")]  # the shipped CC0 photographs
-    env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb", "HOME": str(home),
-           "XDG_CONFIG_HOME": str(home / "config"), "XDG_DATA_HOME": str(home / "data"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "DISPLAY": display,
+        "QT_QPA_PLATFORM": "xcb",
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     env.pop("QT_SCALE_FACTOR", None)
-    done = subprocess.run([sys.executable, str(DRIVER), "--out", str(out), "--size", f"{size[0]}x{size[1]}",
-                           "--photos", ",".join(photos)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(DRIVER),
+            "--out",
+            str(out),
+            "--size",
+            f"{size[0]}x{size[1]}",
+            "--photos",
+            ",".join(photos),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, f"the window's session failed:\n{done.stdout}\n{done.stderr[-3000:]}"
     return json.loads((out / "report.json").read_text())
 
 
 # The bare server in the default run; under a window manager (twice as long: about two minutes) with -m slow:
 # python -m pytest -m slow tests/ui/test_real_screen.py
-@pytest.mark.parametrize(("size", "window_manager"),
-                         [((1366, 768), False), pytest.param((1024, 700), True, marks=pytest.mark.slow)],
-                         ids=["1366x768-bare", "1024x700-openbox"])
+@pytest.mark.parametrize(
+    ("size", "window_manager"),
+    [((1366, 768), False), pytest.param((1024, 700), True, marks=pytest.mark.slow)],
+    ids=["1366x768-bare", "1024x700-openbox"],
+)
 def test_every_mosaic_in_view_shows_its_picture_on_the_real_screen(tmp_path, size, window_manager) -> None:
     with x_server(*size, window_manager) as display:
         report = drive(display, size, tmp_path / "shots", tmp_path / "home")
@@ -83,13 +129,16 @@ def test_every_mosaic_in_view_shows_its_picture_on_the_real_screen(tmp_path, siz
     for entry in report:
         assert "error" not in entry, f"step {entry['step']!r} could not be taken: {entry.get('error')}"
         plots = entry["plots"]
-        assert not entry["waiting"], f"after {entry['step']!r} panels in view still wait for their pictures: {entry['waiting']}"
+        assert not entry["waiting"], (
+            f"after {entry['step']!r} panels in view still wait for their pictures: {entry['waiting']}"
+        )
         assert plots, f"after {entry['step']!r} no mosaic was in view ({entry['screenshot']})"
         for plot in plots:
             assert plot["ratio"] >= MATCH_NEEDED, (
                 f"after {entry['step']!r}, {plot['panel']} shows {plot['matched']} of {plot['checked']} sampled "
                 f"pixels in its mosaic's colours (at {plot['rect']}; e.g. {plot['misses'][:2]}); "
-                f"see {tmp_path / 'shots' / entry['screenshot']}")
+                f"see {tmp_path / 'shots' / entry['screenshot']}"
+            )
     steps = {entry["step"]: entry for entry in report}
     assert steps["channel view"]["channel_view"], "clicking a tile did not open the Channel view"
     assert not steps["channel view closed"]["channel_view"]

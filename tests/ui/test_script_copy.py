@@ -22,8 +22,17 @@ def test_copy_whole_script_redoes_the_run_on_screen(workspace, host, qtbot, tmp_
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         # the window's columns: Grad (tensor hooks) and Grad in (grad_input: a full backward hook on layer2.0.conv1,
         # tensor hooks on the input of bn1, which an in-place ReLU follows)
-        workspace.set_ticked([("bn1", "tensor"), ("bn1", "grad_input"), ("layer2.0.conv1", "grad_input"),
-                              ("fc", "pre"), ("layer4.1.conv2", "tensor"), ("layer1.0.relu", "forward")], True)
+        workspace.set_ticked(
+            [
+                ("bn1", "tensor"),
+                ("bn1", "grad_input"),
+                ("layer2.0.conv1", "grad_input"),
+                ("fc", "pre"),
+                ("layer4.1.conv2", "tensor"),
+                ("layer1.0.relu", "forward"),
+            ],
+            True,
+        )
         workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))
         workspace.set_target(7)
     result = workspace.last.result
@@ -35,8 +44,9 @@ def test_copy_whole_script_redoes_the_run_on_screen(workspace, host, qtbot, tmp_
     assert script.startswith('"""What Hookscope ran') and "TARGET = 7" in script
     assert "from the hook inspector" in script and repr(workspace.image.path) in script
     (tmp_path / "redo.py").write_text(script)
-    done = subprocess.run([sys.executable, "redo.py", "--save", "captures.npz"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "redo.py", "--save", "captures.npz"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[0].startswith("logit of class 7")
 

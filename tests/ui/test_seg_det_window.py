@@ -43,8 +43,9 @@ def drag(panel: InputPanel, start: tuple[float, float], end: tuple[float, float]
 
 
 def click(panel: InputPanel, x: float, y: float) -> None:
-    QTest.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-                     view_point(panel, x, y))
+    QTest.mouseClick(
+        panel.view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, view_point(panel, x, y)
+    )
 
 
 @pytest.fixture
@@ -129,8 +130,11 @@ def test_a_real_drag_on_the_input_gives_the_region(input_panel, qtbot) -> None:
 
 def test_boxes_above_the_threshold_are_drawn_and_a_click_chooses_one(input_panel, qtbot) -> None:
     overlay = input_panel.detections
-    boxes = [Box(0, 5, 5, 30, 30, 1, "cat", 0.9), Box(1, 50, 20, 85, 55, 2, "dog", 0.3),
-             Box(2, 10, 35, 40, 58, 1, "cat", 0.6)]
+    boxes = [
+        Box(0, 5, 5, 30, 30, 1, "cat", 0.9),
+        Box(1, 50, 20, 85, 55, 2, "dog", 0.3),
+        Box(2, 10, 35, 40, 58, 1, "cat", 0.6),
+    ]
     overlay.show_boxes(boxes, None)
     assert [item.box.number for item in overlay.items] == [0, 2]
     assert [item.text.textItem.toPlainText() for item in overlay.items] == ["cat 0.90", "cat 0.60"]
@@ -201,7 +205,7 @@ def test_the_mask_on_the_input_is_the_runs_predicted_classes(seg_window) -> None
     assert mask.isVisible() and np.array_equal(mask.image, classes)
     assert np.array_equal(mask.lut, mask_lut(21)), "VOC's 21 classes, a colour each"
     shown = [(row.index, row.share.text()) for row in window.predictions.legend.rows if not row.isHidden()]
-    expected = class_shares(classes)[:len(window.predictions.legend.rows)]
+    expected = class_shares(classes)[: len(window.predictions.legend.rows)]
     assert shown == [(s.index, f"{s.share:.1%}") for s in expected]
     assert window.predictions.legend.isVisibleTo(window.predictions)
     assert not window.predictions.detection.isVisibleTo(window.predictions)

@@ -56,15 +56,19 @@ def edits(space: Workspace) -> list[str]:
 
 def test_it_contributes_its_file_actions_and_a_drop_handler(feature, host) -> None:
     titles = {id_: (spec.title, spec.menu) for id_, spec in host.actions.items()}
-    assert titles == {"file.open_session": ("Open session…", "File"), "file.save_session": ("Save session…", "File"),
-                      "file.export_run": ("Export run…", "File")}
+    assert titles == {
+        "file.open_session": ("Open session…", "File"),
+        "file.save_session": ("Save session…", "File"),
+        "file.export_run": ("Export run…", "File"),
+    }
     assert QKeySequence(host.actions["file.save_session"].shortcut) == QKeySequence("Ctrl+S")
     assert QKeySequence(host.actions["file.export_run"].shortcut) == QKeySequence("Ctrl+E")
     assert host.drop_handlers == [feature.open_dropped]
 
 
-def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(feature, workspace, host, other,
-                                                                              qtbot, tmp_path, photos) -> None:
+def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(
+    feature, workspace, host, other, qtbot, tmp_path, photos
+) -> None:
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         workspace.open_paths([str(photos[0]), str(photos[1])])
         workspace.select_image(1)
@@ -98,23 +102,29 @@ def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(fe
     assert other.ticked_pairs() == workspace.ticked_pairs()
     for pair in workspace.ticked_pairs():  # real hooks on the restored model's modules
         module = other.registry.module(pair[0])
-        assert {"pre": module._forward_pre_hooks, "forward": module._forward_hooks, "tensor": module._forward_hooks,
-                "grad_input": module._backward_hooks}[pair[1]]
+        assert {
+            "pre": module._forward_pre_hooks,
+            "forward": module._forward_hooks,
+            "tensor": module._forward_hooks,
+            "grad_input": module._backward_hooks,
+        }[pair[1]]
     assert edits(other) == ["zero:layer1.0.conv1:3,5"] and other.target == 281
     assert other.image.path == str(photos[1]) and other.queue.paths == [str(photos[0]), str(photos[1])]
     assert other.image_b.path == str(photos[2]) and other.last.comparison is not None
     assert other.default_settings == workspace.default_settings
     assert other.settings_for("layer1.0.conv1", "forward").view == "diff"  # the panel reopens on A − B
     assert {pair: other.settings_for(*pair) for pair in other.ticked_pairs()} == {
-        pair: workspace.settings_for(*pair) for pair in workspace.ticked_pairs()}
+        pair: workspace.settings_for(*pair) for pair in workspace.ticked_pairs()
+    }
     got = records(other)
     assert set(got) == set(expected)
     for key, tensor in expected.items():
         assert torch.equal(got[key], tensor), key
 
 
-def test_a_moved_image_is_one_problem_and_the_rest_is_restored(feature, workspace, host, qtbot, tmp_path,
-                                                               photos) -> None:
+def test_a_moved_image_is_one_problem_and_the_rest_is_restored(
+    feature, workspace, host, qtbot, tmp_path, photos
+) -> None:
     image = tmp_path / "moving.png"
     shutil.copy(photos[2], image)
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
@@ -151,7 +161,8 @@ def test_a_file_that_is_not_a_session_is_one_clear_line(feature, workspace, host
 
 
 def test_a_model_file_session_records_the_hash_taken_on_opening_and_notices_a_change(
-        feature, workspace, qtbot, tmp_path) -> None:
+    feature, workspace, qtbot, tmp_path
+) -> None:
     torch.manual_seed(11)
     saved = torchvision.models.resnet18().state_dict()
     weights = tmp_path / "mine.pth"
@@ -179,8 +190,10 @@ def test_a_model_file_session_records_the_hash_taken_on_opening_and_notices_a_ch
 
 def test_a_session_never_carries_trust(feature, workspace, host, qtbot, tmp_path, monkeypatch) -> None:
     code = tmp_path / "net.py"
-    code.write_text("from torch import nn\n"
-                    "def build():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 6, 3))\n")
+    code.write_text(
+        "from torch import nn\n"
+        "def build():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 6, 3))\n"
+    )
     source = ModelSource(file=f"{code}:build", trust=True)
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         workspace.load_model_with("net.py:build", lambda: open_model(source, hash_file=True))
@@ -241,17 +254,28 @@ def test_export_run_without_results_says_so(host, qtbot) -> None:
         space.shutdown()
 
 
-def test_a_session_with_the_old_backward_ticks_opens_with_the_grad_column(feature, workspace, host, qtbot,
-                                                                         tmp_path) -> None:
+def test_a_session_with_the_old_backward_ticks_opens_with_the_grad_column(
+    feature, workspace, host, qtbot, tmp_path
+) -> None:
     """Before the Grad column was a tensor hook it was a full backward hook ("backward"): such a session opens with
     the Grad column ("tensor") ticked and that panel's settings carried over, without a problem line; a session that
     has both ticks on one module gets one Grad tick."""
     loaded = workspace.loaded
-    hooks = [("layer1.0.conv1", "forward"), ("layer1.0.conv1", "backward"), ("layer3.0.conv2", "backward"),
-             ("layer3.0.conv2", "tensor"), ("layer4.0.conv1", "grad_input")]
-    ui = panels_ui(PanelSettings(), {("layer1.0.conv1", "backward"): PanelSettings("magma", "shared", "max", "A"),
-                                     ("layer3.0.conv2", "backward"): PanelSettings("plasma"),
-                                     ("layer3.0.conv2", "tensor"): PanelSettings("cividis")})
+    hooks = [
+        ("layer1.0.conv1", "forward"),
+        ("layer1.0.conv1", "backward"),
+        ("layer3.0.conv2", "backward"),
+        ("layer3.0.conv2", "tensor"),
+        ("layer4.0.conv1", "grad_input"),
+    ]
+    ui = panels_ui(
+        PanelSettings(),
+        {
+            ("layer1.0.conv1", "backward"): PanelSettings("magma", "shared", "max", "A"),
+            ("layer3.0.conv2", "backward"): PanelSettings("plasma"),
+            ("layer3.0.conv2", "tensor"): PanelSettings("cividis"),
+        },
+    )
     path = tmp_path / "old.hookscope.json"
     save_session(session_from(loaded, hooks, [str(sample_image())], ui=ui), path)
     assert ["layer1.0.conv1", "backward"] in json.loads(path.read_text())["hooks"]  # as an older window saved it
@@ -259,8 +283,12 @@ def test_a_session_with_the_old_backward_ticks_opens_with_the_grad_column(featur
     with qtbot.waitSignals([feature.restored, workspace.run_applied], timeout=RUN_TIMEOUT_MS):
         feature.open(path)
     assert feature.last_problems == []
-    assert workspace.ticked_pairs() == {("layer1.0.conv1", "forward"), ("layer1.0.conv1", "tensor"),
-                                        ("layer3.0.conv2", "tensor"), ("layer4.0.conv1", "grad_input")}
+    assert workspace.ticked_pairs() == {
+        ("layer1.0.conv1", "forward"),
+        ("layer1.0.conv1", "tensor"),
+        ("layer3.0.conv2", "tensor"),
+        ("layer4.0.conv1", "grad_input"),
+    }
     assert not any(kind == "backward" for _, kind in workspace.ticked_pairs())
     assert workspace.settings_for("layer1.0.conv1", "tensor") == PanelSettings("magma", "shared", "max", "A")
     assert workspace.settings_for("layer3.0.conv2", "tensor").colormap == "cividis"  # its own settings win

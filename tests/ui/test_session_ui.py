@@ -26,11 +26,13 @@ RUN_TIMEOUT_MS = 120_000
 def drop_files(window: MainWindow, paths: list[Path]) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
-    enter = QDragEnterEvent(QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window, enter)
-    drop = QDropEvent(QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                      Qt.KeyboardModifier.NoModifier)
+    drop = QDropEvent(
+        QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window, drop)
 
 
@@ -47,11 +49,15 @@ def records(window: MainWindow) -> dict:
 
 
 def panel_looks(window: MainWindow) -> dict:
-    return {ident: (p.settings.colormap, p.settings.scaling, p.settings.sort, p.settings.view)
-            for ident, p in window.panel_area.panels.items()}
+    return {
+        ident: (p.settings.colormap, p.settings.scaling, p.settings.sort, p.settings.view)
+        for ident, p in window.panel_area.panels.items()
+    }
 
 
-def test_a_saved_session_reopened_in_a_fresh_window_gives_identical_arrays(window, make_window, qtbot, tmp_path, photos):
+def test_a_saved_session_reopened_in_a_fresh_window_gives_identical_arrays(
+    window, make_window, qtbot, tmp_path, photos
+):
     space = window.workspace
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         space.open_paths([str(photos[1])])
@@ -107,8 +113,10 @@ def test_a_panel_switched_to_a_minus_b_reopens_as_a_minus_b(window, make_window,
     assert sessions.last_problems == [] and other.workspace.image_b.path == str(photos[1])
     panel = other.panel_area.panels[("forward", "layer4.1.conv2")]
     assert panel.view_box.isVisibleTo(panel) and panel.view_box.value == "diff"
-    a, b = (next(r for r in result.records if (r.kind, r.key) == ("forward", "layer4.1.conv2"))
-            for result in (other.workspace.last.result, other.workspace.last.comparison.result))
+    a, b = (
+        next(r for r in result.records if (r.kind, r.key) == ("forward", "layer4.1.conv2"))
+        for result in (other.workspace.last.result, other.workspace.last.comparison.result)
+    )
     np.testing.assert_array_equal(panel.picture.channels.data, a.tensor[0].numpy() - b.tensor[0].numpy())
     assert other.panel_area.panels[("tensor", "layer4.1.conv2")].view_box.value == "A"  # only that one
 
@@ -183,8 +191,10 @@ def test_a_session_that_is_not_one_is_one_clear_line(window, qtbot, tmp_path):
 
 def test_a_session_never_carries_trust(window, make_window, qtbot, tmp_path, monkeypatch):
     code = tmp_path / "net.py"
-    code.write_text("from torch import nn\n"
-                    "def build():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 6, 3))\n")
+    code.write_text(
+        "from torch import nn\n"
+        "def build():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 6, 3))\n"
+    )
     source = ModelSource(file=f"{code}:build", trust=True)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.workspace.load_model_with("net.py:build", lambda: open_model(source, hash_file=True))

@@ -65,8 +65,9 @@ def test_the_notice_says_in_one_sentence_what_is_shown(download, untrained, host
 def test_download_fetches_the_weights_with_progress_then_uses_them(download, untrained, host, qtbot, served, hub):
     name, body = served
     texts, values = [], []
-    download.progressed.connect(lambda *_: (texts.append(download.transfer.text()),
-                                            values.append(download.progress.value())))
+    download.progressed.connect(
+        lambda *_: (texts.append(download.transfer.text()), values.append(download.progress.value()))
+    )
     with qtbot.waitSignal(untrained.run_applied, timeout=RUN_TIMEOUT_MS):
         with qtbot.waitSignal(download.finished, timeout=RUN_TIMEOUT_MS) as finished:
             qtbot.mouseClick(download.download_button, Qt.MouseButton.LeftButton)
@@ -85,8 +86,9 @@ def test_download_fetches_the_weights_with_progress_then_uses_them(download, unt
     assert loaded.weights_text == "Pretrained (ImageNet, torchvision)"
 
 
-def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(download, untrained, qtbot, served, hub,
-                                                                           server):
+def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(
+    download, untrained, qtbot, served, hub, server
+):
     name, body = served
     server.files[f"/mirror/{name}"] = ("drip", body)
     previous = untrained.loaded
@@ -105,8 +107,9 @@ def test_cancelling_a_download_leaves_no_file_and_keeps_the_untrained_model(down
     assert not shown(download.progress) and not shown(download.cancel_button)
 
 
-def test_an_unreachable_server_is_one_sentence_and_the_untrained_model_stays(download, untrained, host, qtbot, hub,
-                                                                            monkeypatch):
+def test_an_unreachable_server_is_one_sentence_and_the_untrained_model_stays(
+    download, untrained, host, qtbot, hub, monkeypatch
+):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -38,12 +38,14 @@ def drop_files(window: MainWindow, paths: list[Path]) -> QDropEvent:
     """A real drag-enter and drop of file URLs, as a file manager sends them."""
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
-    enter = QDragEnterEvent(QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window, enter)
     assert enter.isAccepted(), "the window refused a drag of image files"
-    drop = QDropEvent(QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                      Qt.KeyboardModifier.NoModifier)
+    drop = QDropEvent(
+        QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window, drop)
     return drop
 
@@ -59,8 +61,11 @@ def direct_records(window: MainWindow, image: Path | str, pairs: set[tuple[str, 
 
 
 def shown_arrays(window: MainWindow) -> dict:
-    return {ident: panel.picture.channels.data for ident, panel in window.panel_area.panels.items()
-            if panel.picture is not None}
+    return {
+        ident: panel.picture.channels.data
+        for ident, panel in window.panel_area.panels.items()
+        if panel.picture is not None
+    }
 
 
 def assert_panels_match(window: MainWindow, reference: dict) -> None:
@@ -166,8 +171,13 @@ def test_a_superseded_run_never_reaches_the_panels(
     finished: list[int] = []
     window.run_finished.connect(lambda: finished.append(window.workspace.applied_generations[-1]))
     window.open_files([str(photos[0])])
-    qtbot.waitUntil(lambda: window.workspace.scheduler.runner.running_job is not None and window.workspace.scheduler.runner.running_job.label == "run",
-                    timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: (
+            window.workspace.scheduler.runner.running_job is not None
+            and window.workspace.scheduler.runner.running_job.label == "run"
+        ),
+        timeout=RUN_TIMEOUT_MS,
+    )
     first_generation = window.workspace.scheduler.runner.running_job.generation
     window.open_files([str(photos[1])])  # while the first run is in flight
     assert window.workspace.generation > first_generation
@@ -378,8 +388,13 @@ def test_switching_model_carries_the_interventions_where_their_module_exists(win
 
 def test_closing_during_a_run_leaves_no_worker_and_no_hook(make_window, qtbot) -> None:
     window = make_window()
-    qtbot.waitUntil(lambda: window.workspace.scheduler.runner.running_job is not None and window.workspace.scheduler.runner.running_job.label == "run",
-                    timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: (
+            window.workspace.scheduler.runner.running_job is not None
+            and window.workspace.scheduler.runner.running_job.label == "run"
+        ),
+        timeout=RUN_TIMEOUT_MS,
+    )
     window.close()
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     assert window.workspace.registry is None or not window.workspace.registry.handles()
@@ -422,7 +437,9 @@ def test_pasting_an_image_from_the_clipboard_runs_it(window: MainWindow, qtbot, 
         window.paste_image()
     assert window.workspace.last.image.name.startswith("clipboard image")
     assert window.workspace.last.image.path is None
-    expected = window.workspace.loaded.preprocess.to_display(window.workspace.loaded.preprocess.to_tensor(read_image(photos[1])))
+    expected = window.workspace.loaded.preprocess.to_display(
+        window.workspace.loaded.preprocess.to_tensor(read_image(photos[1]))
+    )
     np.testing.assert_array_equal(window.workspace.last.input_display, expected)
 
 

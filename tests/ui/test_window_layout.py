@@ -29,8 +29,14 @@ def reachable(area: QScrollArea, widget: QWidget) -> bool:
     viewport = area.viewport()
     reach_x = viewport.width() + area.horizontalScrollBar().maximum()
     reach_y = viewport.height() + area.verticalScrollBar().maximum()
-    return rect.left() >= 0 and rect.top() >= 0 and rect.right() < reach_x + 1 and rect.bottom() < reach_y + 1 and \
-        rect.width() <= viewport.width() and rect.height() <= max(viewport.height(), rect.height())
+    return (
+        rect.left() >= 0
+        and rect.top() >= 0
+        and rect.right() < reach_x + 1
+        and rect.bottom() < reach_y + 1
+        and rect.width() <= viewport.width()
+        and rect.height() <= max(viewport.height(), rect.height())
+    )
 
 
 def visible_texts(root: QWidget) -> list[tuple[str, QRect]]:

@@ -117,7 +117,11 @@ def test_tree_model_asks_for_ticks_reads_them_from_the_registry_and_greys_module
     assert registry.has("conv2", "grad_input") and model.conv2._backward_hooks  # Grad in: a full backward hook
     assert tree.data(tree.index_of("conv2", GRAD_INPUTS), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
     assert [tree.headerData(c, Qt.Orientation.Horizontal) for c in range(tree.columnCount())][1:5] == [
-        "In", "Act", "Grad", "Grad\nin"]  # Grad in on two lines: the four fit a narrow dock
+        "In",
+        "Act",
+        "Grad",
+        "Grad\nin",
+    ]  # Grad in on two lines: the four fit a narrow dock
 
     assert tree.data(tree.index_of("unused", NAME), Qt.ItemDataRole.ForegroundRole) is None  # no run yet
     tree.set_survey(survey(model, torch.randn(1, 3, 8, 8)))

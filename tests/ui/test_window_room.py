@@ -114,7 +114,9 @@ def contrast(a: QColor, b: QColor) -> float:
     def luminance(colour: QColor) -> float:
         def channel(value: float) -> float:
             return value / 12.92 if value <= 0.04045 else ((value + 0.055) / 1.055) ** 2.4
+
         return 0.2126 * channel(colour.redF()) + 0.7152 * channel(colour.greenF()) + 0.0722 * channel(colour.blueF())
+
     high, low = sorted((luminance(a), luminance(b)), reverse=True)
     return (high + 0.05) / (low + 0.05)
 
@@ -148,11 +150,16 @@ def test_unticked_boxes_stand_out_of_the_dark_rows_and_the_whole_cell_ticks(dark
             rect = tree.visualRect(index)
             assert rect.isValid() and not view.model.is_ticked(path, TICK_KINDS[column])
             ratio = shot.devicePixelRatio()
-            cell = pixels[int(rect.top() * ratio): int(rect.bottom() * ratio), int(rect.left() * ratio):
-                          int(rect.right() * ratio), :3]
+            cell = pixels[
+                int(rect.top() * ratio) : int(rect.bottom() * ratio),
+                int(rect.left() * ratio) : int(rect.right() * ratio),
+                :3,
+            ]
             background = QColor(*[int(v) for v in cell[1, 1][::-1]])  # BGRA: the row's colour at the cell's corner
-            best = max(contrast(QColor(int(r), int(g), int(b)), background)
-                       for b, g, r in cell.reshape(-1, 3)[:: max(1, cell.size // 3 // 400)])
+            best = max(
+                contrast(QColor(int(r), int(g), int(b)), background)
+                for b, g, r in cell.reshape(-1, 3)[:: max(1, cell.size // 3 // 400)]
+            )
             assert best >= 3.0, f"unticked box of {path} column {column}: contrast {best:.2f}:1"
             checked += 1
     assert checked == 12

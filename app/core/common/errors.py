@@ -102,6 +102,5 @@ class WeightsDownloadError(ModelError):
     """A download that could not be completed; nothing was written to the cache."""
 
 
-
 class DownloadCancelled(WeightsDownloadError):
     """The user cancelled the download; nothing was written to the cache."""

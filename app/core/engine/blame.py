@@ -23,7 +23,9 @@ import torch
 
 from app.core.common.errors import HookscopeError, RunError
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../app (from app/core/engine)
+_PACKAGE = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # .../app (from app/core/engine)
 _IN_PLACE = "modified by an inplace operation"
 T = TypeVar("T")
 

@@ -143,8 +143,10 @@ def _objective(
     if logits is not None:
         return segmentation_objective(logits, objective, size or tuple(logits.shape[-2:]), categories)
     if objective.kind in ("region", "box"):
-        raise RunError(f"'{objective.spec}' does not fit this model: regions are for segmentation models, boxes for "
-                       "detection models; use top1 or a class index.")
+        raise RunError(
+            f"'{objective.spec}' does not fit this model: regions are for segmentation models, boxes for "
+            "detection models; use top1 or a class index."
+        )
     target = "top1" if objective.kind == "top1" else int(objective.index if objective.index is not None else 0)
     scores = class_scores(output)
     check_target(target, None if scores is None else int(scores.shape[1]))

@@ -23,7 +23,6 @@ def bare_run(model: nn.Module, x: torch.Tensor) -> None:
         torch.autograd.backward(objective, inputs=[xin])
 
 
-
 def floor_hooks(
     model: nn.Module, paths: list[str], kinds: tuple[HookKind, ...], known: ModelSurvey, kept: list[torch.Tensor]
 ) -> list[RemovableHandle]:

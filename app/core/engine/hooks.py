@@ -134,8 +134,18 @@ class _Site:
     reference to the run, so that a site never keeps an old run's records alive.
     """
 
-    __slots__ = ("path", "kind", "method", "clone", "calls", "off_path", "rebase_view", "tuple_output", "_serial",
-                 "_count")
+    __slots__ = (
+        "path",
+        "kind",
+        "method",
+        "clone",
+        "calls",
+        "off_path",
+        "rebase_view",
+        "tuple_output",
+        "_serial",
+        "_count",
+    )
 
     def __init__(self, path: str, kind: HookKind, method: str) -> None:
         self.path = path
@@ -151,8 +161,8 @@ class _Site:
 
     def learn(self, survey: ModelSurvey) -> None:
         run = survey.run_of(self.path)
-        self.clone = run.modifies_input if self.kind == "pre" else (
-            self.kind == "forward" and run.output_modified_later
+        self.clone = (
+            run.modifies_input if self.kind == "pre" else (self.kind == "forward" and run.output_modified_later)
         )
         self.calls = max(run.calls, 1)
         self.off_path = run.ran and not run.input_needs_grad
@@ -539,7 +549,10 @@ class HookRegistry:
         if kind == "grad_input":
             return FALLBACK, f"{obstacle}; {INPUT_FALLBACK_NOTE}."
         structured = self._survey is not None and self._survey.run_of(path).output_form == "structured"
-        return FALLBACK, f"{obstacle}; a tensor hook on {'each output tensor' if structured else 'its output'} is used instead."
+        return (
+            FALLBACK,
+            f"{obstacle}; a tensor hook on {'each output tensor' if structured else 'its output'} is used instead.",
+        )
 
     def _full_backward_obstacle(self, path: str) -> str:
         return full_backward_obstacle(self._survey.run_of(path)) if self._survey is not None else ""
@@ -685,7 +698,9 @@ class HookRegistry:
                         note = f"A full backward hook raised during the run; {INPUT_FALLBACK_NOTE}."
                     else:
                         handle = module.register_forward_hook(self._grad_capture(site))
-                        note = "A full backward hook raised during the run; a tensor hook on its output is used instead."
+                        note = (
+                            "A full backward hook raised during the run; a tensor hook on its output is used instead."
+                        )
                     self._live[(path, kind)] = _Live(HookInfo(path, kind, FALLBACK, note), [handle], site)
 
     @contextmanager

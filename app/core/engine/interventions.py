@@ -401,4 +401,3 @@ def other_images(edits: Iterable[Intervention], preprocess: Any) -> dict[str, to
             error.module_path = edit.path
             raise
     return others
-

@@ -64,8 +64,11 @@ def input_reason(input_needs_grad: bool, output_autograd: Sequence[str], target:
     if not input_needs_grad:
         return INPUT_UNTRACKED
     if output_autograd and "tracked" not in output_autograd:
-        what = "integers (or booleans)" if "untracked" not in output_autograd else (
-            "not tracked by autograd (computed under torch.no_grad, detached, or from constants)")
+        what = (
+            "integers (or booleans)"
+            if "untracked" not in output_autograd
+            else ("not tracked by autograd (computed under torch.no_grad, detached, or from constants)")
+        )
         return f"what the module returns is {what}, so no gradient flows back through it to its inputs"
     return (
         f"the target ({target}) does not depend on what the module returns, so no gradient flows back through it "
@@ -89,8 +92,11 @@ def missing_gradients(
         if kind == "grad_input":
             run = survey.run_of(path)
             reason = input_reason(run.input_needs_grad, run.leaf_autograd, target)
-            missing += [MissingGradient(path, kind, call, "", reason)
-                        for call in range(run.calls) if (path, call) not in calls_with_input_grad]
+            missing += [
+                MissingGradient(path, kind, call, "", reason)
+                for call in range(run.calls)
+                if (path, call) not in calls_with_input_grad
+            ]
             continue
         if kind not in OUTPUT_GRADIENT_KINDS:
             continue

@@ -46,7 +46,9 @@ class NonFinite:
     def words(self) -> str:
         """``NaN in 3 of 40 values``"""
         kinds = " and ".join(k for k, n in (("NaN", self.nan), ("inf", self.inf)) if n)
-        return f"{kinds} in {self.nan + self.inf if self.nan + self.inf < self.values else 'all'} of {self.values} values"
+        return (
+            f"{kinds} in {self.nan + self.inf if self.nan + self.inf < self.values else 'all'} of {self.values} values"
+        )
 
 
 @dataclass(frozen=True)

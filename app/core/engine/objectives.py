@@ -93,10 +93,10 @@ def parse_target(target: object) -> Objective:
         return Objective("class", index=int(found.group(1)))
     if found := _BOX.fullmatch(text):
         return Objective("box", index=int(found.group(1)))
-    if text.startswith("similar:") and text[len("similar:"):].strip():
-        return Objective("similar", image=text[len("similar:"):].strip())
-    if text.startswith("text:") and text[len("text:"):].strip():
-        return Objective("text", text=text[len("text:"):].strip().strip("\"'"))
+    if text.startswith("similar:") and text[len("similar:") :].strip():
+        return Objective("similar", image=text[len("similar:") :].strip())
+    if text.startswith("text:") and text[len("text:") :].strip():
+        return Objective("text", text=text[len("text:") :].strip().strip("\"'"))
     raise RunError(f"The target '{text}' is not one of {FORMS}.")
 
 
@@ -147,7 +147,7 @@ def embedding_of(output: object) -> torch.Tensor | None:
 
 
 def output_task(output: object) -> str:
-    """"segmentation", "detection", or "classification" (anything else: a vector of scores or an embedding)."""
+    """ "segmentation", "detection", or "classification" (anything else: a vector of scores or an embedding)."""
     if detections_of(output) is not None:
         return "detection"
     if segmentation_logits(output) is not None:
@@ -206,8 +206,11 @@ def segmentation_objective(
         return logits[0, index, rows, cols].sum(), index, f"logits of class {index} ({name}) over {x0},{y0},{x1},{y1}"
     mask = (predicted == index).to(logits.dtype)
     pixels = int(mask.sum())
-    return ((logits[0, index] * mask).sum(), index,
-            f"logits of class {index} ({name}) over its {pixels} predicted pixels")
+    return (
+        (logits[0, index] * mask).sum(),
+        index,
+        f"logits of class {index} ({name}) over its {pixels} predicted pixels",
+    )
 
 
 def detection_objective(found: Mapping[str, torch.Tensor], objective: Objective) -> tuple[torch.Tensor, int, str]:
@@ -231,11 +234,16 @@ def similarity_objective(output: object, objective: Objective) -> tuple[torch.Te
         raise RunError(f"'{objective.spec}': the reference embedding was not computed.")
     reference = reference.detach().to(embedding.device, embedding.dtype).reshape(1, -1)
     if reference.shape[1] != embedding.shape[1]:
-        raise RunError(f"'{objective.spec}': the reference embedding has {reference.shape[1]} values, the image's "
-                       f"{embedding.shape[1]}.")
+        raise RunError(
+            f"'{objective.spec}': the reference embedding has {reference.shape[1]} values, the image's "
+            f"{embedding.shape[1]}."
+        )
     value = F.cosine_similarity(embedding, reference, dim=1)[0]
-    words = f"cosine similarity to {objective.image}" if objective.kind == "similar" else \
-        f"cosine similarity to the text '{objective.text}'"
+    words = (
+        f"cosine similarity to {objective.image}"
+        if objective.kind == "similar"
+        else f"cosine similarity to the text '{objective.text}'"
+    )
     return value, None, words
 
 
@@ -248,8 +256,16 @@ def class_label(index: int, categories: Sequence[str] | None) -> str:
 
 def detections_list(found: Mapping[str, torch.Tensor], categories: Sequence[str] | None) -> list[Detection]:
     boxes, labels, scores = (found[key].detach().to("cpu") for key in ("boxes", "labels", "scores"))
-    return [Detection(i, tuple(float(v) for v in boxes[i].tolist()), int(labels[i]), class_label(int(labels[i]), categories),
-                      float(scores[i])) for i in range(len(scores))]
+    return [
+        Detection(
+            i,
+            tuple(float(v) for v in boxes[i].tolist()),
+            int(labels[i]),
+            class_label(int(labels[i]), categories),
+            float(scores[i]),
+        )
+        for i in range(len(scores))
+    ]
 
 
 def with_reference(target: object, loaded: LoadedModel) -> object:
@@ -262,8 +278,10 @@ def with_reference(target: object, loaded: LoadedModel) -> object:
         return target
     if objective.kind == "text":
         if loaded.text_embedder is None:
-            raise RunError(f"'{objective.spec}' needs a model with a text tower (CLIP-like, e.g. "
-                           f"hf:openai/clip-vit-base-patch32); {loaded.name} has none.")
+            raise RunError(
+                f"'{objective.spec}' needs a model with a text tower (CLIP-like, e.g. "
+                f"hf:openai/clip-vit-base-patch32); {loaded.name} has none."
+            )
         reference = loaded.text_embedder(objective.text or "")
     else:
         from app.core.models.images import read_image
@@ -277,14 +295,17 @@ def with_reference(target: object, loaded: LoadedModel) -> object:
     return replace(objective, reference=reference.detach().to("cpu").reshape(1, -1))
 
 
-def objective_record(result_task: str, value: float | None, detections: Sequence[Detection],
-                     segmentation: torch.Tensor | None) -> dict:
+def objective_record(
+    result_task: str, value: float | None, detections: Sequence[Detection], segmentation: torch.Tensor | None
+) -> dict:
     """What a manifest says of a run's objective beyond the class: its value, a detector's boxes, a segmentation
     model's predicted classes with their pixel counts."""
     record: dict = {"task": result_task, "value": value}
     if detections:
-        record["detections"] = [{"index": d.index, "box": list(d.box), "label": d.label, "label_text": d.label_text,
-                                 "score": d.score} for d in detections]
+        record["detections"] = [
+            {"index": d.index, "box": list(d.box), "label": d.label, "label_text": d.label_text, "score": d.score}
+            for d in detections
+        ]
     if segmentation is not None:
         classes, counts = torch.unique(segmentation, return_counts=True)
         record["predicted_pixels"] = {str(int(c)): int(n) for c, n in zip(classes, counts)}

@@ -16,9 +16,7 @@ from torch import nn
 
 from app.core.engine.structure import tensor_leaves
 
-NOT_RUN_REASON = (
-    "did not run in the last forward pass: its parent uses its weights directly, or skips it in eval mode"
-)
+NOT_RUN_REASON = "did not run in the last forward pass: its parent uses its weights directly, or skips it in eval mode"
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ def _output_form(output: object) -> str:
 
 
 def leaf_autograd(tensor: torch.Tensor) -> str:
-    """"tracked", "integer" or "untracked": see ``ModuleRun.leaf_autograd``."""
+    """ "tracked", "integer" or "untracked": see ``ModuleRun.leaf_autograd``."""
     if tensor.requires_grad:
         return "tracked"
     return "untracked" if tensor.is_floating_point() or tensor.is_complex() else "integer"

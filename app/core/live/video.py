@@ -343,8 +343,15 @@ class LatestFrame:
     A context manager: closing stops the thread and releases the source.
     """
 
-    def __init__(self, source: VideoSource, *, paced: bool = True, lossless: bool = False, loop: bool = False,
-                 on_frame: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self,
+        source: VideoSource,
+        *,
+        paced: bool = True,
+        lossless: bool = False,
+        loop: bool = False,
+        on_frame: Callable[[], object] | None = None,
+    ) -> None:
         if paced and lossless:
             raise ValueError("LatestFrame: a stream is paced (frames dropped when late) or lossless, not both.")
         self.source = source

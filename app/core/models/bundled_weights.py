@@ -58,12 +58,18 @@ def collect(names: Iterable[str], dest: Path, locate: Callable[[str], Path | Non
     for name in names:
         path = locate(name)
         if path is None or not path.is_file():
-            print(f"hookscope: {name}: no pretrained weights in this machine's torch hub cache"
-                  f"{f' ({path})' if path else ''}; the bundle ships without them", file=sys.stderr)
+            print(
+                f"hookscope: {name}: no pretrained weights in this machine's torch hub cache"
+                f"{f' ({path})' if path else ''}; the bundle ships without them",
+                file=sys.stderr,
+            )
             continue
         if not sha256_prefix_ok(path):
-            raise ModelError(f"{path} does not match the SHA-256 in its name: download it again "
-                             f"(hookscope download --model {name} --force) before shipping it.", path=str(path))
+            raise ModelError(
+                f"{path} does not match the SHA-256 in its name: download it again "
+                f"(hookscope download --model {name} --force) before shipping it.",
+                path=str(path),
+            )
         shutil.copy2(path, dest / path.name)
         copied.append(dest / path.name)
         print(f"hookscope: {name}: shipping {path.name} ({path.stat().st_size / 1e6:.1f} MB, SHA-256 checked)")

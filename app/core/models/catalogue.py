@@ -26,8 +26,9 @@ DEFAULT_MODEL = "resnet18"
 def catalogue(include_timm: bool = False) -> list[str]:
     """Every torchvision classification, segmentation and detection model by name; then timm's as ``timm/NAME``
     when asked and installed."""
-    names = sorted([*torchvision.models.list_models(module=torchvision.models), *segmentation_models(),
-                    *detection_models()])
+    names = sorted(
+        [*torchvision.models.list_models(module=torchvision.models), *segmentation_models(), *detection_models()]
+    )
     return names + timm_catalogue() if include_timm else names
 
 
@@ -152,8 +153,9 @@ def _task_preprocess(name: str, model: nn.Module, task: str) -> Preprocess:
         side = int(size[0] if isinstance(size, (list, tuple)) else size)
         interpolation = transforms.interpolation
         mode = interpolation.value if hasattr(interpolation, "value") else str(interpolation)
-        return Preprocess(resize=side, crop=side, mean=tuple(transforms.mean), std=tuple(transforms.std),
-                          interpolation=mode)
+        return Preprocess(
+            resize=side, crop=side, mean=tuple(transforms.mean), std=tuple(transforms.std), interpolation=mode
+        )
     inner = getattr(model, "transform", None)
     fixed = getattr(inner, "fixed_size", None)
     side = int(fixed[0]) if fixed else int(min(getattr(inner, "min_size", (800,))))
@@ -180,7 +182,13 @@ def load_model(name: str, weights: str = "none", seed: int = 0, strict: bool = T
     torch.manual_seed(seed)
     module = _build(name).eval()
     loaded = LoadedModel(
-        name, module, "none", False, default_preprocess(name, module), default_categories(name), seed=seed,
+        name,
+        module,
+        "none",
+        False,
+        default_preprocess(name, module),
+        default_categories(name),
+        seed=seed,
         task=catalogue_task(name),
     )
     if weights != "none":
@@ -207,10 +215,21 @@ def _load_pretrained(name: str, seed: int) -> LoadedModel:
         raise ModelError(
             f"The cached weights file {path} could not be loaded ({first_line(error)}).", path=str(path)
         ) from error
-    preprocess = default_preprocess(name, module) if catalogue_task(name) != "classification" else \
-        Preprocess.from_torchvision(weights.transforms())
-    return LoadedModel(name, module, "default", True, preprocess, list(weights.meta["categories"]), seed=seed,
-                       task=catalogue_task(name))
+    preprocess = (
+        default_preprocess(name, module)
+        if catalogue_task(name) != "classification"
+        else Preprocess.from_torchvision(weights.transforms())
+    )
+    return LoadedModel(
+        name,
+        module,
+        "default",
+        True,
+        preprocess,
+        list(weights.meta["categories"]),
+        seed=seed,
+        task=catalogue_task(name),
+    )
 
 
 def _timm_cached_weights(arch: str) -> Path | None:
@@ -312,5 +331,3 @@ def _load_timm(name: str, weights: str, seed: int, strict: bool) -> LoadedModel:
         loaded.weights, loaded.pretrained = str(weights), True
         loaded.categories = None  # the file's classes are not known
     return loaded
-
-

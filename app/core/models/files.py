@@ -170,7 +170,8 @@ def open_model_file(
         objects = pickled_globals(file)
         if objects is None:
             raise ModelError(
-                f"'{file}' could not be read as a PyTorch file ({ANSI_ESCAPE.sub('', first_line(error))}).", path=str(file)
+                f"'{file}' could not be read as a PyTorch file ({ANSI_ESCAPE.sub('', first_line(error))}).",
+                path=str(file),
             ) from error
         shown = interesting_globals(objects) or objects
         if not trust:

@@ -60,7 +60,9 @@ def repo_of(name: str) -> str:
     """``hf:ORG/NAME`` -> ``ORG/NAME``; a name that cannot be a Hub repo is a :class:`HubError`."""
     repo = name[len(HF_PREFIX) :] if is_hub_name(name) else name
     if not _REPO.fullmatch(repo) or ".." in repo or repo.endswith((".", "-")):
-        raise HubError(f"'{name}' is not a Hugging Face model name: write hf:ORG/NAME, e.g. hf:google/vit-base-patch16-224.")
+        raise HubError(
+            f"'{name}' is not a Hugging Face model name: write hf:ORG/NAME, e.g. hf:google/vit-base-patch16-224."
+        )
     return repo
 
 
@@ -230,8 +232,15 @@ def fetch_repo(
     return _fetch(name, weights, progress, cancelled, timeout, files)[0]
 
 
-def _fetch(name: str, weights: str, progress: ProgressCallback | None, cancelled: CancelCheck | None,
-           timeout: float, files: list[str] | None, vet: Callable[[Path], None] | None = None) -> tuple[Path, str]:
+def _fetch(
+    name: str,
+    weights: str,
+    progress: ProgressCallback | None,
+    cancelled: CancelCheck | None,
+    timeout: float,
+    files: list[str] | None,
+    vet: Callable[[Path], None] | None = None,
+) -> tuple[Path, str]:
     """:func:`fetch_repo`, and a sentence when the snapshot came from the cache because the Hub was unreachable.
 
     ``vet(snapshot)`` sees the snapshot once its config.json is there, before the rest comes (a text model is
@@ -255,8 +264,10 @@ def _fetch(name: str, weights: str, progress: ProgressCallback | None, cancelled
         if cached is not None:
             return cached, (f"The Hugging Face Hub ({endpoint}) cannot be reached ({_first_line(error)}); "
                             f"{shown} was opened from the cache.")  # fmt: skip
-        raise HubError(f"{shown} is not in the Hugging Face cache ({hub_cache()}) and the Hub ({endpoint}) cannot be "
-                       f"reached ({_first_line(error)}): connect to the network and try again.") from error
+        raise HubError(
+            f"{shown} is not in the Hugging Face cache ({hub_cache()}) and the Hub ({endpoint}) cannot be "
+            f"reached ({_first_line(error)}): connect to the network and try again."
+        ) from error
     listed = [s.rfilename for s in (info.siblings or [])]
     commit = info.sha
     if not commit:
@@ -327,7 +338,9 @@ def _download_files(repo: str, shown: str, commit: str, names: list[str], endpoi
             hf_hub_download(repo, name, revision=commit, cache_dir=str(hub_cache()), endpoint=endpoint,
                             etag_timeout=timeout)  # fmt: skip
         except Exception as error:  # noqa: BLE001
-            raise HubError(f"Could not put {name} of {shown} into the Hugging Face cache ({_first_line(error)}).") from error
+            raise HubError(
+                f"Could not put {name} of {shown} into the Hugging Face cache ({_first_line(error)})."
+            ) from error
 
 
 def _download_blob(storage: Path, shown: str, name: str, meta: Any, headers: dict, fetch: _Fetch) -> None:
@@ -402,8 +415,11 @@ def hub_preprocess(processor: Any, config: Any = None) -> Preprocess:
             return {}
         if isinstance(size, (int, float)):
             return {"shortest_edge": int(size)}
-        data = dict(size) if isinstance(size, dict) else {k: getattr(size, k, None) for k in
-                                                            ("height", "width", "shortest_edge", "longest_edge")}
+        data = (
+            dict(size)
+            if isinstance(size, dict)
+            else {k: getattr(size, k, None) for k in ("height", "width", "shortest_edge", "longest_edge")}
+        )
         return {k: int(v) for k, v in data.items() if v is not None}
 
     image_size = getattr(config, "image_size", None)
@@ -441,8 +457,17 @@ def hub_preprocess(processor: Any, config: Any = None) -> Preprocess:
         mean, std = mean * 3, std * 3
     resample = get("resample", 2)
     resample = int(getattr(resample, "value", resample)) if not isinstance(resample, str) else resample
-    interpolation = {0: "nearest", 2: "bilinear", 3: "bicubic", 1: "bicubic", 4: "bilinear", 5: "bilinear",
-                     "nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic"}.get(resample, "bilinear")
+    interpolation = {
+        0: "nearest",
+        2: "bilinear",
+        3: "bicubic",
+        1: "bicubic",
+        4: "bilinear",
+        5: "bilinear",
+        "nearest": "nearest",
+        "bilinear": "bilinear",
+        "bicubic": "bicubic",
+    }.get(resample, "bilinear")
     return Preprocess(resize=resize, crop=int(crop), mean=mean[:3], std=std[:3], channels=3,
                       interpolation=interpolation, squash=squash)  # fmt: skip
 
@@ -487,7 +512,7 @@ def _embedding(output: Any) -> torch.Tensor:
 
 
 def _kind(config: Any) -> str:
-    """"classification", "segmentation", "pair" (CLIP-like), "encoder", "other:WORDS" (an image model for
+    """ "classification", "segmentation", "pair" (CLIP-like), "encoder", "other:WORDS" (an image model for
     another task: "other:object detection") or "" (not an image model)."""
     from transformers.models.auto import modeling_auto as auto
 
@@ -509,18 +534,22 @@ def _kind(config: Any) -> str:
 
 
 def _other(architectures: list[str]) -> str:
-    """"other:object detection" for ["DetrForObjectDetection"]: the task after "For", in words."""
+    """ "other:object detection" for ["DetrForObjectDetection"]: the task after "For", in words."""
     task = architectures[0].split("For", 1)[-1]
     return "other:" + re.sub(r"(?<!^)(?=[A-Z])", " ", task).lower()
 
 
 def _what_it_is(config: Any) -> str:
-    """"a bert text model", "a wav2vec2 audio model", "a t5 model"."""
+    """ "a bert text model", "a wav2vec2 audio model", "a t5 model"."""
     from transformers.models.auto import modeling_auto as auto
 
     model_type = getattr(config, "model_type", "") or "transformers"
-    text = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
-            "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")
+    text = (
+        "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+        "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+        "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    )
     audio = ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_CTC_MAPPING_NAMES")  # fmt: skip
     if any(model_type in getattr(auto, table, {}) for table in audio):
         return f"a {model_type} audio model"
@@ -558,8 +587,9 @@ def load_hub_model(
     if kind in ("classification", "segmentation"):
         id2label = getattr(config, "id2label", None) or {}
         categories = [str(id2label.get(i, id2label.get(str(i), f"class {i}"))) for i in range(len(id2label))] or None
-    loaded = LoadedModel(name, module, weights, weights == "default", preprocess, categories, notice=notice,
-                         seed=seed, source="hub")  # fmt: skip  (no model_file: sessions reopen it by name)
+    loaded = LoadedModel(
+        name, module, weights, weights == "default", preprocess, categories, notice=notice, seed=seed, source="hub"
+    )  # fmt: skip  (no model_file: sessions reopen it by name)
     task = {"classification": "classification", "segmentation": "segmentation"}.get(kind, "embedding")
     loaded.task = task
     loaded.text_embedder = text_embedder
@@ -601,8 +631,10 @@ def _config(name: str, snapshot: Path) -> Any:
         except (OSError, ValueError, AttributeError):
             model_type = None
         if model_type:
-            raise HubError(f"{name} is a '{model_type}' model that this transformers ({_version()}) does not know, "
-                           "or that needs its own code (trust_remote_code), which Hookscope does not run.") from error
+            raise HubError(
+                f"{name} is a '{model_type}' model that this transformers ({_version()}) does not know, "
+                "or that needs its own code (trust_remote_code), which Hookscope does not run."
+            ) from error
         raise HubError(f"{name}'s config.json could not be read ({_first_line(error)}).") from error
 
 

@@ -229,15 +229,12 @@ class Preprocess:
             raise ValueError(f"Preprocess channels must be 1 or 3, not {self.channels}.")
         if len(self.mean) != self.channels or len(self.std) != self.channels:
             raise ValueError(
-                f"Preprocess mean and std need {self.channels} values each, "
-                f"got {len(self.mean)} and {len(self.std)}."
+                f"Preprocess mean and std need {self.channels} values each, got {len(self.mean)} and {len(self.std)}."
             )
         if any(s == 0 for s in self.std):
             raise ValueError("Preprocess std values must not be zero.")
         if self.interpolation not in _INTERPOLATIONS:
-            raise ValueError(
-                f"Unknown interpolation '{self.interpolation}'; use one of {', '.join(_INTERPOLATIONS)}."
-            )
+            raise ValueError(f"Unknown interpolation '{self.interpolation}'; use one of {', '.join(_INTERPOLATIONS)}.")
         if self.crop <= 0 or (self.resize is not None and self.resize <= 0):
             raise ValueError("Preprocess sizes must be positive.")
 
@@ -358,10 +355,15 @@ class Preprocess:
             resize = transforms.resize_size
             side = int(resize[0] if isinstance(resize, (list, tuple)) else resize)
             interpolation = transforms.interpolation
-            return cls(resize=side, crop=side, mean=tuple(float(v) for v in transforms.mean),
-                       std=tuple(float(v) for v in transforms.std),
-                       interpolation=interpolation.value if isinstance(interpolation, InterpolationMode)
-                       else str(interpolation))
+            return cls(
+                resize=side,
+                crop=side,
+                mean=tuple(float(v) for v in transforms.mean),
+                std=tuple(float(v) for v in transforms.std),
+                interpolation=interpolation.value
+                if isinstance(interpolation, InterpolationMode)
+                else str(interpolation),
+            )
 
         def first(value: Any) -> int | None:
             if value is None:

@@ -15,14 +15,11 @@ from app.core.models.images import Preprocess
 TIMM_PREFIX = "timm/"  # catalogue names of timm models: "timm/resnet50"
 
 
-
 # Where a model came from, in LoadedModel.source.
 SOURCES = ("catalogue", "timm", "state_dict", "pickle", "python", "hub")  # "hub": hf:ORG/NAME (hub_models)
 
 
-
 HF_PREFIX = "hf:"  # models from the Hugging Face Hub by name: "hf:google/vit-base-patch16-224"
-
 
 
 @dataclass

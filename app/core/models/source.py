@@ -43,7 +43,6 @@ class SavedModel(Protocol):
 _NO_WEIGHTS_FILE = ("", "none", "default")
 
 
-
 @dataclass(frozen=True)
 class ModelSource:
     """Where a model comes from: a catalogue name, or a model ``file``; everything :func:`open_model` needs.
@@ -132,7 +131,6 @@ class ModelSource:
             non_strict=non_strict,
             preprocess=preprocess,
         )
-
 
 
 def open_model(source: ModelSource, *, hash_file: bool = False) -> LoadedModel:

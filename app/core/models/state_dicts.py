@@ -25,10 +25,8 @@ def first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-
 def safetensors_available() -> bool:
     return importlib.util.find_spec("safetensors") is not None
-
 
 
 def is_safetensors_file(path: Path) -> bool:
@@ -45,7 +43,6 @@ def is_safetensors_file(path: Path) -> bool:
     return head[8:9] == b"{" and 2 <= length <= size - 8
 
 
-
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     if not safetensors_available():
         raise ModelError(
@@ -60,7 +57,6 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ModelError(
             f"'{path}' is not a readable safetensors file ({first_line(error)}).", path=str(path)
         ) from error
-
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -83,10 +79,8 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state_dict_from(data, path)
 
 
-
 # Prefixes that wrappers put on every key: DataParallel/DistributedDataParallel, and torch.compile.
 _KEY_PREFIXES = ("module.", "_orig_mod.")
-
 
 
 def state_dict_from(data: object, path: Path | str) -> dict[str, torch.Tensor]:
@@ -110,7 +104,6 @@ def state_dict_from(data: object, path: Path | str) -> dict[str, torch.Tensor]:
     return state
 
 
-
 def load_state_dict_file(module: nn.Module, path: Path, arch: str, strict: bool = True) -> str:
     """Load ``path`` into ``module``, or explain in plain words why the file does not fit.
 
@@ -121,7 +114,6 @@ def load_state_dict_file(module: nn.Module, path: Path, arch: str, strict: bool 
     return load_state_dict(
         module, read_state_dict(Path(path)), f"Weights file '{path}'", arch, strict=strict, path=str(path)
     )
-
 
 
 def load_state_dict(
@@ -179,7 +171,6 @@ def load_state_dict(
     )
 
 
-
 def some_of(items: list[str], limit: int = 3) -> str:
     more = f" and {len(items) - limit} more" if len(items) > limit else ""
     return ", ".join(items[:limit]) + more
@@ -202,9 +193,7 @@ def pickled_globals(path: Path) -> list[str] | None:
         return None
 
 
-
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
-
 
 
 def _scan_pickles(stream: io.IOBase, count: int) -> list[str] | None:
@@ -243,7 +232,6 @@ def _scan_pickles(stream: io.IOBase, count: int) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
-
 # Names every torch.save file uses to rebuild tensors: not worth showing the user.
 def interesting_globals(names: list[str]) -> list[str]:
     return [
@@ -255,7 +243,6 @@ def interesting_globals(names: list[str]) -> list[str]:
     ]
 
 
-
 def load_weights_only(path: str | os.PathLike) -> object:
     """``torch.load(path, weights_only=True)`` on the CPU, quietly: PyTorch warns about files it is about to refuse
     ("Detected pickle protocol 4 ..."), and Hookscope says what it makes of the file in its own one line."""
@@ -264,9 +251,7 @@ def load_weights_only(path: str | os.PathLike) -> object:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
-
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-
 
 
 def weights_refusal(path: str | os.PathLike, error: BaseException) -> str:

@@ -179,9 +179,21 @@ def download_to_cache(
         raise WeightsDownloadError(f"Could not write to the cache folder {folder} ({_reason(error)}).") from error
     try:
         with os.fdopen(handle, "wb") as out:
-            digest, done, total = _stream(url, out, host, filename, folder, label, progress, cancelled, timeout,
-                                          _RateFloor(MIN_RATE_BYTES_S if min_rate is None else min_rate,
-                                                     RATE_WINDOW_S if rate_window is None else rate_window))
+            digest, done, total = _stream(
+                url,
+                out,
+                host,
+                filename,
+                folder,
+                label,
+                progress,
+                cancelled,
+                timeout,
+                _RateFloor(
+                    MIN_RATE_BYTES_S if min_rate is None else min_rate,
+                    RATE_WINDOW_S if rate_window is None else rate_window,
+                ),
+            )
         if total is not None and done != total:
             raise WeightsDownloadError(
                 f"The download of {label} from {host} was cut short after {_mb(done)} of {_mb(total)}; "
@@ -340,15 +352,18 @@ def _rate(rate: float) -> str:
 
 
 def _eta(done: int, total: int | None, rate: float) -> str:
-    """"; the remaining 44.6 MB would take 9 hours at that speed", when the length is known."""
+    """ "; the remaining 44.6 MB would take 9 hours at that speed", when the length is known."""
     if not total or total <= done:
         return ""
     left = total - done
     if rate <= 0:
         return f"; the remaining {_mb(left)} would never arrive at that speed"
     seconds = left / rate
-    when = f"{seconds / 86400:.0f} days" if seconds >= 2 * 86400 else (
-        f"{seconds / 3600:.0f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes")
+    when = (
+        f"{seconds / 86400:.0f} days"
+        if seconds >= 2 * 86400
+        else (f"{seconds / 3600:.0f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes")
+    )
     return f"; the remaining {_mb(left)} would take {when} at that speed"
 
 

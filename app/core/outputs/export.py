@@ -272,6 +272,7 @@ def _target_record(result: RunResult) -> dict:
 
     record: dict = {"index": result.target_index, "description": result.target}
     if result.task != "classification" or result.target.startswith("cosine similarity"):
-        record["objective"] = objective_record(result.task, result.objective_value, result.detections,
-                                               result.segmentation)
+        record["objective"] = objective_record(
+            result.task, result.objective_value, result.detections, result.segmentation
+        )
     return record

@@ -38,7 +38,13 @@ if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
 SESSION_VERSION = 1
 SESSION_FORMAT = "hookscope-session"
 SESSION_SUFFIX = ".hookscope.json"
-KNOWN_KINDS = ("forward", "pre", "backward", "tensor", "grad_input")  # app.core.engine.hooks.KINDS, without importing torch
+KNOWN_KINDS = (
+    "forward",
+    "pre",
+    "backward",
+    "tensor",
+    "grad_input",
+)  # app.core.engine.hooks.KINDS, without importing torch
 KNOWN_SCALINGS = ("channel", "shared")
 
 
@@ -451,8 +457,9 @@ def session_panel_settings(
     problems: list[str] = []
     ui = session.ui
     try:
-        default = PanelSettings(session.colormap, session.scaling, str(ui.get("sort", "none")),
-                                str(ui.get("view", "A")))
+        default = PanelSettings(
+            session.colormap, session.scaling, str(ui.get("sort", "none")), str(ui.get("view", "A"))
+        )
     except ValueError as error:
         default = PanelSettings(session.colormap, session.scaling)
         problems.append(f"The session's default panel settings are not valid ({error}); the defaults are used.")

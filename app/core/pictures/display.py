@@ -39,8 +39,9 @@ class DisplayChannels(ChannelData):
     (min, max) of the values, as numpy (made at once: the scaling, the legend and the flat-panel check need it).
     ``data``: the values at full resolution as numpy, made on first use (on the CPU, a view of the same memory)."""
 
-    def __init__(self, kind: str, values: torch.Tensor, note: str, ranges: Ranges | None,
-                 data: np.ndarray | None = None) -> None:
+    def __init__(
+        self, kind: str, values: torch.Tensor, note: str, ranges: Ranges | None, data: np.ndarray | None = None
+    ) -> None:
         super().__init__(kind, data, note)
         self.values = values
         self.ranges = ranges
@@ -142,8 +143,9 @@ def channel_ranges(maps: torch.Tensor) -> Ranges:
     return both[0], both[1]
 
 
-def draw_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1,
-                pad: int = 1) -> tuple[np.ndarray, MosaicLayout]:
+def draw_mosaic(
+    channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1, pad: int = 1
+) -> tuple[np.ndarray, MosaicLayout]:
     """The uint8 mosaic of ``channels``' maps, keeping every ``step``-th row and column of each tile (``views.mosaic``
     with the same arguments gives the same bytes), drawn where the values are: only the finished image comes to
     the CPU.
@@ -158,8 +160,9 @@ def draw_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | Non
     return device_mosaic(channels, scaling, order, step, pad)
 
 
-def device_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1,
-                  pad: int = 1) -> tuple[np.ndarray, MosaicLayout]:
+def device_mosaic(
+    channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1, pad: int = 1
+) -> tuple[np.ndarray, MosaicLayout]:
     """``views.mosaic`` as torch operations on the values' device (CUDA, MPS; the CPU in tests): the same scaling
     factors (``views.scaling_factors``, computed on the CPU), the same float32 operations in the same order and the
     same truncating cast, so the same bytes. Only the sampled pixels are read, and only the uint8 image moves."""
@@ -181,8 +184,9 @@ def device_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | N
     return _placed(work, layout), layout
 
 
-def signed_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1,
-                  pad: int = 1) -> tuple[np.ndarray, MosaicLayout]:
+def signed_mosaic(
+    channels: DisplayChannels, scaling: str, order: np.ndarray | None = None, step: int = 1, pad: int = 1
+) -> tuple[np.ndarray, MosaicLayout]:
     """Signed maps (an A − B difference) as a uint8 mosaic with zero at 128 (values 1..255, padding 0), symmetric
     per channel (or one range for all: ``scaling`` "shared"), keeping every ``step``-th pixel of each tile: the tile
     layout of ``views.mosaic``, so the panel's tile arithmetic works unchanged. Drawn on the values' device."""
@@ -198,8 +202,11 @@ def signed_mosaic(channels: DisplayChannels, scaling: str, order: np.ndarray | N
     if index is not None:
         scale = scale[index]
     device = sampled.device
-    work = torch.mul(sampled, torch.from_numpy(scale.reshape(-1, 1, 1)).to(device),
-                     out=torch.empty(sampled.shape, dtype=torch.float32, device=device))
+    work = torch.mul(
+        sampled,
+        torch.from_numpy(scale.reshape(-1, 1, 1)).to(device),
+        out=torch.empty(sampled.shape, dtype=torch.float32, device=device),
+    )
     work.add_(128.5).clamp_(1, 255)
     return _placed(work, layout), layout
 

@@ -160,8 +160,12 @@ def arrange(channels: DisplayChannels, settings: PanelSettings, dataset_order: n
     return Arrangement(None, order, values[order] if order is not None else values)
 
 
-def maps_arrangement(channels: DisplayChannels, scaling: str, order: np.ndarray | None,
-                     drawer: Callable[..., tuple[np.ndarray, object]] = draw_mosaic) -> Arrangement:
+def maps_arrangement(
+    channels: DisplayChannels,
+    scaling: str,
+    order: np.ndarray | None,
+    drawer: Callable[..., tuple[np.ndarray, object]] = draw_mosaic,
+) -> Arrangement:
     """(C, H, W) maps as a mosaic in ``order``: the layout now, the pixels when drawn (on the values' device) by
     ``drawer`` (``display.draw_mosaic``; the A − B views pass ``display.signed_mosaic``)."""
     shown = tuple(int(i) for i in order) if order is not None else None
@@ -206,15 +210,20 @@ def picture_of(record: Record, settings: PanelSettings, dataset_order: np.ndarra
 
 
 def prepare_pictures(
-    records: Iterable[Record], settings_for: Callable[[str, str], PanelSettings],
+    records: Iterable[Record],
+    settings_for: Callable[[str, str], PanelSettings],
     channel_orders: Mapping[str, np.ndarray] | None = None,
 ) -> list[PanelPicture]:
     """Every record of a run as a picture, with each (path, kind) pair's own settings. ``channel_orders``: a
     dataset scan's channel order per module path; it orders the module's output channels (its activations and
     their gradients), not its input's (a pre-hook's)."""
     orders = channel_orders or {}
-    return [picture_of(record, settings_for(record.path, record.kind),
-                       None if record.kind == "pre" else orders.get(record.path)) for record in records]
+    return [
+        picture_of(
+            record, settings_for(record.path, record.kind), None if record.kind == "pre" else orders.get(record.path)
+        )
+        for record in records
+    ]
 
 
 def channel_statistics(values: np.ndarray) -> dict[str, float]:

@@ -206,7 +206,9 @@ def mosaic_size(layout: MosaicLayout) -> tuple[int, int]:
     """(height, width) of a mosaic in pixels."""
     if not layout.rows:
         return 0, 0
-    return layout.rows * (layout.tile_h + layout.pad) - layout.pad, layout.cols * (layout.tile_w + layout.pad) - layout.pad
+    return layout.rows * (layout.tile_h + layout.pad) - layout.pad, layout.cols * (
+        layout.tile_w + layout.pad
+    ) - layout.pad
 
 
 def under_centres(source: int, shown: int) -> np.ndarray:
@@ -328,9 +330,7 @@ def _scaling(
     return factors if factors is not None else (None, None)
 
 
-def scaling_factors(
-    ranges: tuple[np.ndarray, np.ndarray], scaling: str
-) -> tuple[np.ndarray, np.ndarray] | None:
+def scaling_factors(ranges: tuple[np.ndarray, np.ndarray], scaling: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(lo, scale), float32 of shape (C, 1, 1) (per channel) or (1, 1, 1) (shared), that take a value v to
     ``(v - lo) * scale + 0.5`` in [0.5, 255.5], so a uint8 cast rounds; None when a range is not finite. The one
     definition of the scaling: ``mosaic`` here and the device mosaic (``app.core.pictures.display``) both use it, so both

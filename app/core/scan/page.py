@@ -133,11 +133,10 @@ def _index_page(result: ScanResult, links: list[tuple[str, ModuleScan, str]]) ->
     definitions = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
                           for k, v in BOX_DEFINITIONS.items()) if settings.boxes else ""  # fmt: skip
     return (
-        _head(f"Scan of {model}")
-        + f"<h1>What excites each channel of {html.escape(str(model))}</h1>\n"
+        _head(f"Scan of {model}") + f"<h1>What excites each channel of {html.escape(str(model))}</h1>\n"
         f'<p class="note">{result.processed} images, the top {settings.top} per channel by the channel\'s '
         f"{'maximum' if settings.by == 'max' else 'mean'}; the red box is the region of the image the position of "
-        f"that value sees.</p>\n<ul class=\"note\">{definitions}</ul>\n<h2>Modules</h2>\n<table>{rows}</table>\n"
+        f'that value sees.</p>\n<ul class="note">{definitions}</ul>\n<h2>Modules</h2>\n<table>{rows}</table>\n'
         "</body></html>\n"
     )
 

@@ -796,8 +796,11 @@ def _check_state(state: _State, fingerprint: dict) -> None:
     for path, layout in state.layouts.items():
         shapes = {tuple(t.shape) for t in (state.tops[path].score, state.tops[path].image, state.tops[path].position)}
         moments = state.moments[path]
-        if path not in modules or layout.channels < 1 or shapes != {(layout.channels, top)} or any(
-            len(a) != layout.channels for a in (moments.mean, moments.m2, moments.active)
+        if (
+            path not in modules
+            or layout.channels < 1
+            or shapes != {(layout.channels, top)}
+            or any(len(a) != layout.channels for a in (moments.mean, moments.m2, moments.active))
         ):
             raise ValueError(f"the entry of '{path}' does not fit its layout")
     if not 0 <= state.processed <= fingerprint["images"] or state.next_batch < 0:
@@ -894,8 +897,10 @@ def run_scan(
             try:
                 write_json_atomically(state.to_json(fingerprint), out / CHECKPOINT_FILE)
             except OSError as error:  # the earlier checkpoint stays whole (written atomically)
-                raise HookscopeError(f"Cannot write the scan's checkpoint '{out / CHECKPOINT_FILE}': "
-                                     f"{error.strerror or error}.", path=str(out / CHECKPOINT_FILE)) from error
+                raise HookscopeError(
+                    f"Cannot write the scan's checkpoint '{out / CHECKPOINT_FILE}': {error.strerror or error}.",
+                    path=str(out / CHECKPOINT_FILE),
+                ) from error
             last_save[0] = time.perf_counter()
 
     def tell(phase: str, done: int, total: int) -> None:

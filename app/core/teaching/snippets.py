@@ -117,7 +117,7 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
     def keep(value: str, front: bool = False) -> str:
         if not many:
             return f"captured[{literal(key)}] = {value}"
-        return f'captured.setdefault({literal(key)}, []).{"insert(0, " if front else "append("}{value})'
+        return f"captured.setdefault({literal(key)}, []).{'insert(0, ' if front else 'append('}{value})"
 
     if info.method == FORWARD:
         name = f"save_output_{ident}"
@@ -157,7 +157,9 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
             f"# The gradient of {shown or 'the model'}'s output: a full backward hook gets "
             "(module, grad_input, grad_output) when the gradient reaches the module."
         )
-        lines.append("# (The window's Grad column uses a tensor hook on the output for this: exact after in-place ops.)")
+        lines.append(
+            "# (The window's Grad column uses a tensor hook on the output for this: exact after in-place ops.)"
+        )
         if many:
             lines.append(f"# It runs {calls} times per forward pass; backward hooks fire last call first.")
         lines.append(f"def {name}(module, grad_input, grad_output):")
@@ -174,7 +176,9 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
             "the tensor hook gets the gradient."
         )
         if info.method == TENSOR:
-            lines.append("# On the tensor itself, it stays exact where an in-place op follows the module, and it sees a")
+            lines.append(
+                "# On the tensor itself, it stays exact where an in-place op follows the module, and it sees a"
+            )
             lines.append("# scale-grad edit (a tensor hook registered before it) on the same module.")
         lines.append(f"def {name}(module, inputs, output):")
         tensor = "output" if form == "tensor" else "output[0]"

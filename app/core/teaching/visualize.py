@@ -433,8 +433,10 @@ def memory_need(module: nn.Module, preprocess: Preprocess, layer: str) -> Callab
 
     def need(size: int, images: int) -> float:
         spectrum = 3 * size * (size // 2 + 1) * 2 * 4
-        return images * (4 * spectrum + 2 * 3 * size * size * 4) + max(images * per_pixel.upto,
-                                                                          per_pixel.total) * size * size
+        return (
+            images * (4 * spectrum + 2 * 3 * size * size * 4)
+            + max(images * per_pixel.upto, per_pixel.total) * size * size
+        )
 
     return need
 

@@ -76,8 +76,9 @@ def image_folder(remembers: bool) -> str:
 
 def open_image_dialog(shell: Shell) -> None:
     patterns = " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES))
-    paths, _ = QFileDialog.getOpenFileNames(shell, "Open images", image_folder(shell.remembers),
-                                            f"Images ({patterns});;All files (*)")
+    paths, _ = QFileDialog.getOpenFileNames(
+        shell, "Open images", image_folder(shell.remembers), f"Images ({patterns});;All files (*)"
+    )
     if paths:
         if shell.remembers:
             app_settings().setValue(LAST_FOLDER_KEY, os.path.dirname(paths[0]))
@@ -85,8 +86,9 @@ def open_image_dialog(shell: Shell) -> None:
 
 
 def screenshot_dialog(shell: Shell) -> None:
-    start = os.path.join(last_folder(SCREENSHOT_FOLDER, shell.remembers, image_folder(shell.remembers)),
-                         "hookscope.png")
+    start = os.path.join(
+        last_folder(SCREENSHOT_FOLDER, shell.remembers, image_folder(shell.remembers)), "hookscope.png"
+    )
     path, _ = QFileDialog.getSaveFileName(shell, "Save window screenshot", start, "PNG (*.png)")
     if path:
         remember_folder(SCREENSHOT_FOLDER, path, shell.remembers)
@@ -125,27 +127,70 @@ def open_user_guide(shell: Shell) -> None:
 def builtin_actions(shell: Shell) -> list[ActionSpec]:
     space = shell.workspace
     specs = [
-        ActionSpec("file.open_image", "Open image…", "File", lambda: open_image_dialog(shell), group=10, order=10,
-                   shortcut=Key.Open, tooltip="Open one or more image files", toolbar=True),
-        ActionSpec("file.paste_image", "Paste image", "File", shell.paste_image, group=10, order=20,
-                   shortcut=Key.Paste),
-        ActionSpec("file.recent_images", "Recent images", "File", group=10, order=30,
-                   populate=lambda menu: recent_images(shell, menu)),
-        ActionSpec("file.previous_image", "◀ Previous image", "File", lambda: space.step_image(-1), group=20,
-                   order=10, shortcut="PgUp", tooltip="The previous image of the list", toolbar=True),
-        ActionSpec("file.next_image", "Next image ▶", "File", lambda: space.step_image(1), group=20, order=20,
-                   shortcut="PgDown", tooltip="The next image of the list", toolbar=True),
-        ActionSpec("file.screenshot", "Save window screenshot…", "File", lambda: screenshot_dialog(shell),
-                   group=80),
+        ActionSpec(
+            "file.open_image",
+            "Open image…",
+            "File",
+            lambda: open_image_dialog(shell),
+            group=10,
+            order=10,
+            shortcut=Key.Open,
+            tooltip="Open one or more image files",
+            toolbar=True,
+        ),
+        ActionSpec(
+            "file.paste_image", "Paste image", "File", shell.paste_image, group=10, order=20, shortcut=Key.Paste
+        ),
+        ActionSpec(
+            "file.recent_images",
+            "Recent images",
+            "File",
+            group=10,
+            order=30,
+            populate=lambda menu: recent_images(shell, menu),
+        ),
+        ActionSpec(
+            "file.previous_image",
+            "◀ Previous image",
+            "File",
+            lambda: space.step_image(-1),
+            group=20,
+            order=10,
+            shortcut="PgUp",
+            tooltip="The previous image of the list",
+            toolbar=True,
+        ),
+        ActionSpec(
+            "file.next_image",
+            "Next image ▶",
+            "File",
+            lambda: space.step_image(1),
+            group=20,
+            order=20,
+            shortcut="PgDown",
+            tooltip="The next image of the list",
+            toolbar=True,
+        ),
+        ActionSpec("file.screenshot", "Save window screenshot…", "File", lambda: screenshot_dialog(shell), group=80),
         ActionSpec("file.quit", "Quit", "File", shell.close, group=99, shortcut=Key.Quit),
         ActionSpec("hooks.untick_all", "Untick all", "Hooks", space.untick_all, group=10, order=10),
-        ActionSpec("hooks.filter", "Filter modules", "Hooks", shell.focus_filter, group=10, order=20,
-                   shortcut=Key.Find),
+        ActionSpec(
+            "hooks.filter", "Filter modules", "Hooks", shell.focus_filter, group=10, order=20, shortcut=Key.Find
+        ),
         ActionSpec("hooks.run_again", "Run again", "Hooks", space.run_again, group=10, order=30, shortcut="F5"),
-        ActionSpec("help.guide", "User guide", "Help", lambda: open_user_guide(shell), group=10, order=10,
-                   shortcut=Key.HelpContents, tooltip="Open the user guide (offline copy) in your browser"),
-        ActionSpec("help.hooks", "The hooks behind the ticks", "Help", lambda: inform(shell, "Hooks", HOOKS_HELP),
-                   group=10),
+        ActionSpec(
+            "help.guide",
+            "User guide",
+            "Help",
+            lambda: open_user_guide(shell),
+            group=10,
+            order=10,
+            shortcut=Key.HelpContents,
+            tooltip="Open the user guide (offline copy) in your browser",
+        ),
+        ActionSpec(
+            "help.hooks", "The hooks behind the ticks", "Help", lambda: inform(shell, "Hooks", HOOKS_HELP), group=10
+        ),
         ActionSpec("help.about", "About Hookscope", "Help", lambda: show_about(shell), group=90),
     ]
     for field, title, choices in (
@@ -155,6 +200,8 @@ def builtin_actions(shell: Shell) -> list[ActionSpec]:
     ):
         menu = f"View/{title}"
         specs.append(ActionSpec(menu, title, "View", group=10, order=len(specs)))
-        specs += [ActionSpec(f"view.{field}.{key}", label, menu, lambda f=field, k=key: space.set_all(f, k),
-                             order=n) for n, (key, label) in enumerate(choices.items())]
+        specs += [
+            ActionSpec(f"view.{field}.{key}", label, menu, lambda f=field, k=key: space.set_all(f, k), order=n)
+            for n, (key, label) in enumerate(choices.items())
+        ]
     return specs

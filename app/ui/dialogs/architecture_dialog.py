@@ -119,8 +119,9 @@ def guess_architecture(path: str, names: list[str]) -> str | None:
 class ArchitectureDialog(QDialog):
     """Which architecture a state_dict belongs to: a searchable list of the catalogue, and a non-strict option."""
 
-    def __init__(self, path: str, keys: int, parent: QWidget | None = None,
-                 fits: list[ArchitectureFit] | None = None) -> None:
+    def __init__(
+        self, path: str, keys: int, parent: QWidget | None = None, fits: list[ArchitectureFit] | None = None
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Which architecture are these weights for?")
         self.setObjectName("architectureDialog")
@@ -136,8 +137,11 @@ class ArchitectureDialog(QDialog):
         self.filter.setClearButtonEnabled(True)
         self.fits = list(fits or [])
         fitting = [fit.name for fit in self.fits]
-        self.fit_label = QLabel("; ".join(fit.text for fit in self.fits) if self.fits else
-                                "No architecture of the catalogue fits every tensor: the closest guess is selected.")
+        self.fit_label = QLabel(
+            "; ".join(fit.text for fit in self.fits)
+            if self.fits
+            else "No architecture of the catalogue fits every tensor: the closest guess is selected."
+        )
         self.fit_label.setWordWrap(True)
         self.fit_label.setObjectName("muted" if not self.fits else "")
         self.list = QListWidget()
@@ -204,8 +208,9 @@ class ArchitectureDialog(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Open).setEnabled(self.architecture is not None)
 
 
-def ask_architecture(path: str, keys: int, parent: QWidget | None = None,
-                     fits: list[ArchitectureFit] | None = None) -> tuple[str, bool] | None:
+def ask_architecture(
+    path: str, keys: int, parent: QWidget | None = None, fits: list[ArchitectureFit] | None = None
+) -> tuple[str, bool] | None:
     """(architecture, non-strict) for the state_dict in ``path``, or None when the user cancels."""
     dialog = ArchitectureDialog(path, keys, parent, fits)
     if dialog.exec() != QDialog.DialogCode.Accepted or dialog.architecture is None:

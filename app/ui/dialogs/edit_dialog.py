@@ -48,6 +48,8 @@ DEFAULT_FACTORS: dict[str, float] = {
     "scale-grad-input": 1.6,
     "mix": 0.5,
 }
+
+
 def pictures_folder() -> str:
     """Where a file dialog for an image starts when nothing else is known: the user's pictures, else home."""
     pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)

@@ -39,8 +39,9 @@ def parse_numbers(text: str) -> list[float]:
 class InputDialog(QDialog):
     """Input size, crop, mean, std and channels for the loaded model."""
 
-    def __init__(self, preprocess: Preprocess, own: Preprocess, model_channels: int | None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self, preprocess: Preprocess, own: Preprocess, model_channels: int | None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Model input")
         self._own = own
@@ -56,8 +57,10 @@ class InputDialog(QDialog):
         self.crop.setRange(0.05, 1.0)
         self.crop.setDecimals(3)
         self.crop.setSingleStep(0.025)
-        self.crop.setToolTip("The shorter side is resized to size / fraction, then the centre is cropped to size "
-                             "(1.0: resize straight to size)")
+        self.crop.setToolTip(
+            "The shorter side is resized to size / fraction, then the centre is cropped to size "
+            "(1.0: resize straight to size)"
+        )
         self.interpolation = QComboBox()
         self.interpolation.addItems(["bilinear", "bicubic", "nearest"])
         self.mean = QLineEdit()
@@ -99,8 +102,10 @@ class InputDialog(QDialog):
     def _check_channels(self, *_: object) -> None:
         channels = self.channels.currentData()
         if self._model_channels is not None and channels != self._model_channels:
-            self.message.setText(f"The model's first convolution takes {self._model_channels} channel(s): "
-                                 f"runs will fail with {channels}.")
+            self.message.setText(
+                f"The model's first convolution takes {self._model_channels} channel(s): "
+                f"runs will fail with {channels}."
+            )
         else:
             self.message.setText("")
 
@@ -108,8 +113,14 @@ class InputDialog(QDialog):
         """The values in the form as a Preprocess; raises HookscopeError (one line) for values that cannot work."""
         channels = int(self.channels.currentData())
         mean, std = parse_numbers(self.mean.text()), parse_numbers(self.std.text())
-        return custom_preprocess(size=self.size.value(), mean=mean or None, std=std or None, channels=channels,
-                                 crop_fraction=self.crop.value(), interpolation=self.interpolation.currentText())
+        return custom_preprocess(
+            size=self.size.value(),
+            mean=mean or None,
+            std=std or None,
+            channels=channels,
+            crop_fraction=self.crop.value(),
+            interpolation=self.interpolation.currentText(),
+        )
 
     def accept(self) -> None:
         try:
@@ -120,8 +131,9 @@ class InputDialog(QDialog):
         super().accept()
 
 
-def ask_input(preprocess: Preprocess, own: Preprocess, model_channels: int | None,
-              parent: QWidget | None = None) -> Preprocess | None:
+def ask_input(
+    preprocess: Preprocess, own: Preprocess, model_channels: int | None, parent: QWidget | None = None
+) -> Preprocess | None:
     """The preprocessing the user sets in the dialog, or None when cancelled."""
     dialog = InputDialog(preprocess, own, model_channels, parent)
     if dialog.exec() != QDialog.DialogCode.Accepted:

@@ -37,8 +37,12 @@ def licence_files() -> list[tuple[str, Path]]:
     checkout_licence = resource_dir().parent / "LICENSE"  # a source checkout: the repository's own LICENSE
     if "LICENSE" not in found and checkout_licence.is_file():
         found["LICENSE"] = checkout_licence
-    titles = {"LICENSE": "Hookscope (MIT)", NOTICES: "Third-party notices", "LGPL-3.0.txt": "GNU LGPL 3.0 (Qt)",
-              "GPL-3.0.txt": "GNU GPL 3.0"}
+    titles = {
+        "LICENSE": "Hookscope (MIT)",
+        NOTICES: "Third-party notices",
+        "LGPL-3.0.txt": "GNU LGPL 3.0 (Qt)",
+        "GPL-3.0.txt": "GNU GPL 3.0",
+    }
     ordered = [name for name in FIRST if name in found] + sorted(name for name in found if name not in FIRST)
     return [(titles.get(name, name.removeprefix("third-party/")), found[name]) for name in ordered]
 

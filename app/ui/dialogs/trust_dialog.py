@@ -25,11 +25,15 @@ def trust_box(path: str, objects: tuple[str, ...], parent: QWidget | None = None
     box.setTextFormat(Qt.TextFormat.RichText)
     name = html.escape(file.name)
     if factory is not None:
-        box.setText(f"Opening <b>{name}</b> imports it and calls <code>{html.escape(factory)}()</code>: "
-                    "the Python code in the file runs on this computer.")
+        box.setText(
+            f"Opening <b>{name}</b> imports it and calls <code>{html.escape(factory)}()</code>: "
+            "the Python code in the file runs on this computer."
+        )
     else:
-        box.setText(f"<b>{name}</b> holds a pickled Python model. Opening it unpickles it, which can run any "
-                    "code the file names on this computer.")
+        box.setText(
+            f"<b>{name}</b> holds a pickled Python model. Opening it unpickles it, which can run any "
+            "code the file names on this computer."
+        )
     parts = [f"<p>{html.escape(str(file))}</p>"]
     if objects:
         listed = "<br>".join(html.escape(o) for o in objects[:SHOWN_OBJECTS])

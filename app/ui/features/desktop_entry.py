@@ -25,12 +25,27 @@ class DesktopEntryFeature:
         self.workspace = workspace
         self.host = host
         if sys.platform.startswith("linux"):
-            host.add_actions([
-                ActionSpec(INSTALL_ACTION, "Add Hookscope to the applications menu", "Help", self.install, group=80,
-                           order=10, tooltip="A menu entry that starts this copy of Hookscope and opens images"),
-                ActionSpec(REMOVE_ACTION, "Remove Hookscope from the applications menu", "Help", self.remove,
-                           group=80, order=20),
-            ])
+            host.add_actions(
+                [
+                    ActionSpec(
+                        INSTALL_ACTION,
+                        "Add Hookscope to the applications menu",
+                        "Help",
+                        self.install,
+                        group=80,
+                        order=10,
+                        tooltip="A menu entry that starts this copy of Hookscope and opens images",
+                    ),
+                    ActionSpec(
+                        REMOVE_ACTION,
+                        "Remove Hookscope from the applications menu",
+                        "Help",
+                        self.remove,
+                        group=80,
+                        order=20,
+                    ),
+                ]
+            )
 
     def install(self) -> None:
         try:
@@ -46,5 +61,6 @@ class DesktopEntryFeature:
         except HookscopeError as error:
             self.host.show_error(str(error))
             return
-        self.host.show_status("Hookscope's menu entry is removed." if path else
-                              "Hookscope had no entry in your applications menu.", 8000)
+        self.host.show_status(
+            "Hookscope's menu entry is removed." if path else "Hookscope had no entry in your applications menu.", 8000
+        )

@@ -200,15 +200,21 @@ class GradCamFeature:
         categories = loaded.categories if loaded is not None else None
         # A classifier's words name the class by index only; a segmentation model's name it already, and a
         # detector's index is a box's, not a class's.
-        if result.task == "classification" and result.target_index is not None and categories \
-                and 0 <= result.target_index < len(categories):
+        if (
+            result.task == "classification"
+            and result.target_index is not None
+            and categories
+            and 0 <= result.target_index < len(categories)
+        ):
             target += f": {categories[result.target_index]}"
         self.title.setText(f"Grad-CAM of {path} for the {target}")
         zero = float(cam.max(initial=0.0)) == 0.0
         notes = (
             self._tick_note,
             "The map is zero everywhere: the channels' weighted sum is negative (or the same) at every position, so "
-            "no place stands out." if zero else "",
+            "no place stands out."
+            if zero
+            else "",
         )
         self.note.setText(" ".join(t for t in notes if t))
         self._redraw()

@@ -116,20 +116,48 @@ class ImageBFeature:
 
     def _action_specs(self) -> list[ActionSpec]:
         specs = [
-            ActionSpec("file.open_image_b", "Open image B…", "File", self.open_dialog, group=15, order=10,
-                       shortcut="Ctrl+B", tooltip="A second image to compare with: every panel can show A, B or A − B"),
-            ActionSpec("file.clear_image_b", "Clear image B", "File", self.clear, group=15, order=20,
-                       tooltip="Stop comparing with image B: back to A alone"),
+            ActionSpec(
+                "file.open_image_b",
+                "Open image B…",
+                "File",
+                self.open_dialog,
+                group=15,
+                order=10,
+                shortcut="Ctrl+B",
+                tooltip="A second image to compare with: every panel can show A, B or A − B",
+            ),
+            ActionSpec(
+                "file.clear_image_b",
+                "Clear image B",
+                "File",
+                self.clear,
+                group=15,
+                order=20,
+                tooltip="Stop comparing with image B: back to A alone",
+            ),
             # The submenu's place in the View menu (see MenuBuilder: a spec whose id is the submenu's path).
             ActionSpec(VIEW_MENU, VIEW_MENU.rpartition("/")[2], "View", group=10, order=40),
-            ActionSpec("view.sort.diff", "by difference A − B (image B)", ORDER_MENU,
-                       lambda: self.workspace.set_all("sort", "diff"), order=90,
-                       tooltip="Channels ranked by how much A and B differ (mean |A − B|); channel order without B"),
+            ActionSpec(
+                "view.sort.diff",
+                "by difference A − B (image B)",
+                ORDER_MENU,
+                lambda: self.workspace.set_all("sort", "diff"),
+                order=90,
+                tooltip="Channels ranked by how much A and B differ (mean |A − B|); channel order without B",
+            ),
         ]
         for order, (view, title) in enumerate(VIEW_TITLES.items()):
-            specs.append(ActionSpec(f"view.image_b.{view}", title, VIEW_MENU,
-                                    lambda v=view: self.show_view_everywhere(v), group=10, order=order,
-                                    tooltip=f"Every panel shows {title} while image B is set"))
+            specs.append(
+                ActionSpec(
+                    f"view.image_b.{view}",
+                    title,
+                    VIEW_MENU,
+                    lambda v=view: self.show_view_everywhere(v),
+                    group=10,
+                    order=order,
+                    tooltip=f"Every panel shows {title} while image B is set",
+                )
+            )
         return specs
 
     # ---- public ---------------------------------------------------------------------------------------------
@@ -148,8 +176,9 @@ class ImageBFeature:
             start = os.path.dirname(os.path.abspath(shown.path))
         else:
             start = image_folder(self.host.remembers)
-        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open image B (to compare with A)", start,
-                                              IMAGE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self.host.dialog_parent(), "Open image B (to compare with A)", start, IMAGE_FILTER
+        )
         return path or None
 
     def open_dialog(self) -> None:

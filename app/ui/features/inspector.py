@@ -54,8 +54,10 @@ def hook_identity(info: HookInfo) -> tuple[str, str, int | None]:
 def why_text(info: HookInfo) -> str:
     """Which tick registered a capture hook and why that PyTorch hook; for an edit, the hook that carries it."""
     if info.edit_id is not None:
-        return (f"An edit through {info.method}: its hook returns a value, so it changes what flows; registered "
-                "with prepend=True, it runs before the module's capture hooks.")
+        return (
+            f"An edit through {info.method}: its hook returns a value, so it changes what flows; registered "
+            "with prepend=True, it runs before the module's capture hooks."
+        )
     column = KIND_COLUMNS.get(info.kind)
     tick = f"The {HEADERS[column]} tick" if column is not None else f"A {info.kind} hook (not a column of the tree)"
     return f"{tick}: {kind_hook(info.kind)}."
@@ -110,8 +112,10 @@ class InspectorFeature:
         self.copy_button.setToolTip("Copy this hook's code to the clipboard")
         self.copy_button.clicked.connect(self.copy_snippet)
         self.copy_all_button = QPushButton("Copy whole script")
-        self.copy_all_button.setToolTip("A standalone Python script that redoes this run: the model and its weights, the "
-                                        "image and its preprocessing, every hook and edit, forward and backward")
+        self.copy_all_button.setToolTip(
+            "A standalone Python script that redoes this run: the model and its weights, the "
+            "image and its preprocessing, every hook and edit, forward and backward"
+        )
         self.copy_all_button.clicked.connect(self.copy_script)
         buttons = QHBoxLayout()
         buttons.addWidget(self.copy_button)
@@ -122,9 +126,11 @@ class InspectorFeature:
         # (which scrolls itself) and the Copy buttons.
         rows = self.table.verticalHeader().defaultSectionSize() * SHOWN_ROWS
         self._least_heights = (
-            rows + self.table.horizontalHeader().sizeHint().height()
+            rows
+            + self.table.horizontalHeader().sizeHint().height()
             + self.table.horizontalScrollBar().sizeHint().height()  # the columns scroll sideways
-            + 2 * self.table.frameWidth() + 2,
+            + 2 * self.table.frameWidth()
+            + 2,
             3 * self.code.fontMetrics().lineSpacing() + 12,
         )
         layout = QVBoxLayout(self.widget)
@@ -143,18 +149,20 @@ class InspectorFeature:
         # the module tree above); behind the Interventions it asks for none, and the tree can take the height back.
         self.dock.visibilityChanged.connect(self._on_visibility)
         self._on_visibility()
-        host.add_actions([
-            ActionSpec(
-                SHOW_ACTION,
-                "Hook inspector",
-                "Hooks",
-                callback=lambda: host.show_dock(DOCK_ID),
-                group=60,
-                order=20,
-                shortcut="Ctrl+I",
-                tooltip="Every live hook, with the plain PyTorch that registers it",
-            )
-        ])
+        host.add_actions(
+            [
+                ActionSpec(
+                    SHOW_ACTION,
+                    "Hook inspector",
+                    "Hooks",
+                    callback=lambda: host.show_dock(DOCK_ID),
+                    group=60,
+                    order=20,
+                    shortcut="Ctrl+I",
+                    tooltip="Every live hook, with the plain PyTorch that registers it",
+                )
+            ]
+        )
         workspace.hooks_changed.connect(self._on_hooks_changed)
         workspace.model_changed.connect(self._on_model_changed)
         workspace.run_applied.connect(self._on_run_applied)
@@ -262,8 +270,12 @@ class InspectorFeature:
             return
         self.why.setText("" if self.is_external(info) else why_text(info))
         try:
-            text = (f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
-                    "# runs it and removed when it ends." if self.is_external(info) else snippet_for(registry, info))
+            text = (
+                f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
+                "# runs it and removed when it ends."
+                if self.is_external(info)
+                else snippet_for(registry, info)
+            )
         except Exception as error:  # noqa: BLE001  (an edit removed meanwhile: the next refresh follows)
             text = f"# No code for this hook: {error}"
         self.code.setPlainText(text)
@@ -286,14 +298,18 @@ class InspectorFeature:
             return ""
         image = space.image.path if space.image is not None else None  # pasted pixels have no file: --image then
         try:
-            text = standalone_script(loaded, registry, image=image, target=space.target, device=space.device,
-                                     what="the hook inspector")
+            text = standalone_script(
+                loaded, registry, image=image, target=space.target, device=space.device, what="the hook inspector"
+            )
         except HookscopeError as error:
             self.host.show_error(str(error), dialog=False)
             return ""
         QApplication.clipboard().setText(text)
-        self.host.show_status(f"Copied a script that redoes this run with its {len(self.infos)} hooks "
-                              "(python script.py --save captures.npz).", 5000)
+        self.host.show_status(
+            f"Copied a script that redoes this run with its {len(self.infos)} hooks "
+            "(python script.py --save captures.npz).",
+            5000,
+        )
         return text
 
     # ---- removing -----------------------------------------------------------------------------------------------

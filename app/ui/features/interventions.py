@@ -113,17 +113,19 @@ class InterventionsFeature:
         layout.addWidget(self.hint)
 
         self.dock = host.add_dock(DockSpec(DOCK_ID, "Interventions", area="left", below="modules"), self.widget)
-        host.add_actions([
-            ActionSpec(
-                ADD_ACTION,
-                "Add intervention…",
-                "Hooks",
-                callback=lambda: self.open_add_dialog(),
-                group=60,
-                order=10,
-                tooltip="Switch off or scale channels, scale an input or a gradient, mix with another image",
-            )
-        ])
+        host.add_actions(
+            [
+                ActionSpec(
+                    ADD_ACTION,
+                    "Add intervention…",
+                    "Hooks",
+                    callback=lambda: self.open_add_dialog(),
+                    group=60,
+                    order=10,
+                    tooltip="Switch off or scale channels, scale an input or a gradient, mix with another image",
+                )
+            ]
+        )
         host.add_module_menu(self.module_entries)
         host.add_tile_menu(self.tile_entries)
 
@@ -163,12 +165,14 @@ class InterventionsFeature:
         result = []
         for n in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(n)
-            result.append((
-                int(item.data(ON, Qt.ItemDataRole.UserRole)),
-                item.checkState(ON) == Qt.CheckState.Checked,
-                item.text(DESCRIPTION),
-                item.text(SPEC),
-            ))
+            result.append(
+                (
+                    int(item.data(ON, Qt.ItemDataRole.UserRole)),
+                    item.checkState(ON) == Qt.CheckState.Checked,
+                    item.text(DESCRIPTION),
+                    item.text(SPEC),
+                )
+            )
         return result
 
     def item_of(self, edit_id: int) -> QTreeWidgetItem | None:
@@ -311,7 +315,12 @@ class InterventionsFeature:
         if kind == "mix" and image_b is not None and image_b.path:
             other = image_b.path
         dialog = EditDialog(
-            registry.paths, self.host.dialog_parent(), kind=kind, path=path, channels=channels, factor=factor,
+            registry.paths,
+            self.host.dialog_parent(),
+            kind=kind,
+            path=path,
+            channels=channels,
+            factor=factor,
             other_image=other,
         )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

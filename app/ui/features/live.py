@@ -346,8 +346,12 @@ class LiveFeature(QObject):
     def _pump(self) -> None:
         """Ask for the newest frame when no run is in flight: a busy model makes the source drop frames."""
         stream = self.stream
-        if stream is None or (self.frozen and not self._step_wanted) or self.workspace.scheduler.busy \
-                or self.workspace.loading:
+        if (
+            stream is None
+            or (self.frozen and not self._step_wanted)
+            or self.workspace.scheduler.busy
+            or self.workspace.loading
+        ):
             return
         try:
             frame = stream.take_due(DUE_WAIT_S)
@@ -364,8 +368,9 @@ class LiveFeature(QObject):
         self._step_wanted = False
         self.current_index = frame.index
         name = stream.source.info.name
-        self._asked = ImageSource(f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb),
-                                  frame=True)
+        self._asked = ImageSource(
+            f"{os.path.basename(name)} · frame {frame.index}", None, Image.fromarray(frame.rgb), frame=True
+        )
         self._asked_index = frame.index
         self.workspace.request_image(self._asked, debounce=False)  # a frame is no burst of changes to gather
 

@@ -112,8 +112,9 @@ class ModelFilesFeature(QObject):
 
     # ---- questions (tests replace these) ------------------------------------------------------------------
     def ask_model_file(self) -> str | None:
-        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open model", self.start_folder(),
-                                              MODEL_FILE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self.host.dialog_parent(), "Open model", self.start_folder(), MODEL_FILE_FILTER
+        )
         return path or None
 
     def ask_architecture(self, path: str, keys: int, fits: list[ArchitectureFit]) -> tuple[str, bool] | None:
@@ -127,9 +128,14 @@ class ModelFilesFeature(QObject):
 
     def ask_factory(self, file: Path, names: list[str]) -> str | None:
         """The function in a Python file that builds the model."""
-        name, ok = QInputDialog.getItem(self.host.dialog_parent(), "Open Python model",
-                                        f"The function in {file.name} that returns the model:", names or ["build"],
-                                        0, True)
+        name, ok = QInputDialog.getItem(
+            self.host.dialog_parent(),
+            "Open Python model",
+            f"The function in {file.name} that returns the model:",
+            names or ["build"],
+            0,
+            True,
+        )
         return name.strip() if ok and name.strip() else None
 
     # ---- opening ------------------------------------------------------------------------------------------
@@ -155,8 +161,11 @@ class ModelFilesFeature(QObject):
         if models:
             self.open(models[0])
             if len(models) > 1:
-                self.host.show_status(f"Opened {os.path.basename(models[0])}; drop one model file at a time "
-                                      f"({len(models) - 1} more left out).", 8000)
+                self.host.show_status(
+                    f"Opened {os.path.basename(models[0])}; drop one model file at a time "
+                    f"({len(models) - 1} more left out).",
+                    8000,
+                )
         return [p for p in paths if p not in models]
 
     def open(self, spec: str | os.PathLike, arch: str | None = None, trust: bool = False, strict: bool = True) -> None:
@@ -218,8 +227,9 @@ class ModelFilesFeature(QObject):
         if self.ask_trust(error.path, error.objects):
             self.open(source.file, source.arch, trust=True, strict=source.strict)
         else:
-            self._refuse(f"{split_factory(source.file)[0].name} was not opened: it would run code, and it was not "
-                         "trusted.")
+            self._refuse(
+                f"{split_factory(source.file)[0].name} was not opened: it would run code, and it was not trusted."
+            )
 
     def _refuse(self, message: str) -> None:
         self.host.show_error(message, dialog=False)

@@ -187,8 +187,9 @@ class ScanFeature(QObject):
     # ---- scanning ------------------------------------------------------------------------------------------------
     def scan_dialog(self) -> None:
         remembers = self.host.remembers
-        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), "Scan a folder of images",
-                                                  last_folder(SCANNED_FOLDER, remembers))
+        folder = QFileDialog.getExistingDirectory(
+            self.host.dialog_parent(), "Scan a folder of images", last_folder(SCANNED_FOLDER, remembers)
+        )
         if folder:
             remember_folder(SCANNED_FOLDER, folder, remembers)
             self.scan_folder(folder)
@@ -359,8 +360,9 @@ class ScanFeature(QObject):
         if self.result is None:
             return
         remembers = self.host.remembers
-        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), f"Save the scan ({SCAN_FILE}) in",
-                                                  last_folder(SCAN_FILE_FOLDER, remembers))
+        folder = QFileDialog.getExistingDirectory(
+            self.host.dialog_parent(), f"Save the scan ({SCAN_FILE}) in", last_folder(SCAN_FILE_FOLDER, remembers)
+        )
         if folder:
             remember_folder(SCAN_FILE_FOLDER, folder, remembers)
             self.save(folder)

@@ -90,15 +90,39 @@ class SessionFilesFeature(QObject):
         self._pending: dict[str, Any] | None = None  # a session waiting for its model to load
         self._export_worker: FunctionWorker | None = None
         self._problem_box: QMessageBox | None = None
-        host.add_actions([
-            ActionSpec("file.open_session", "Open session…", "File", self.open_dialog, group=40, order=10,
-                       tooltip="Restore a saved session: model, ticks, edits, images and panel settings"),
-            ActionSpec("file.save_session", "Save session…", "File", self.save_dialog, group=40, order=20,
-                       shortcut="Ctrl+S", tooltip="Save what is on screen as a session file (JSON)"),
-            ActionSpec("file.export_run", "Export run…", "File", self.export_run_dialog, group=40, order=30,
-                       shortcut="Ctrl+E",
-                       tooltip="Write the run on screen into a folder, as `hookscope export` does (arrays, PNGs)"),
-        ])
+        host.add_actions(
+            [
+                ActionSpec(
+                    "file.open_session",
+                    "Open session…",
+                    "File",
+                    self.open_dialog,
+                    group=40,
+                    order=10,
+                    tooltip="Restore a saved session: model, ticks, edits, images and panel settings",
+                ),
+                ActionSpec(
+                    "file.save_session",
+                    "Save session…",
+                    "File",
+                    self.save_dialog,
+                    group=40,
+                    order=20,
+                    shortcut="Ctrl+S",
+                    tooltip="Save what is on screen as a session file (JSON)",
+                ),
+                ActionSpec(
+                    "file.export_run",
+                    "Export run…",
+                    "File",
+                    self.export_run_dialog,
+                    group=40,
+                    order=30,
+                    shortcut="Ctrl+E",
+                    tooltip="Write the run on screen into a folder, as `hookscope export` does (arrays, PNGs)",
+                ),
+            ]
+        )
         host.add_drop_handler(self.open_dropped)
         workspace.model_changed.connect(self._on_model_changed)
 
@@ -114,18 +138,17 @@ class SessionFilesFeature(QObject):
     def ask_save_path(self) -> str | None:
         loaded = self.workspace.loaded
         name = (loaded.name.replace(":", "_").replace("/", "_") if loaded else "session") + SESSION_SUFFIX
-        path, _ = QFileDialog.getSaveFileName(self.host.dialog_parent(), "Save session",
-                                              os.path.join(self._folder(), name), SESSION_FILTER)
+        path, _ = QFileDialog.getSaveFileName(
+            self.host.dialog_parent(), "Save session", os.path.join(self._folder(), name), SESSION_FILTER
+        )
         return path or None
 
     def ask_open_path(self) -> str | None:
-        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open session", self._folder(),
-                                              SESSION_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self.host.dialog_parent(), "Open session", self._folder(), SESSION_FILTER)
         return path or None
 
     def ask_export_folder(self) -> str | None:
-        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), "Export run into folder",
-                                                  self._folder())
+        folder = QFileDialog.getExistingDirectory(self.host.dialog_parent(), "Export run into folder", self._folder())
         return folder or None
 
     def ask_trust(self, path: str, objects: tuple[str, ...]) -> bool:
@@ -140,8 +163,9 @@ class SessionFilesFeature(QObject):
         if loaded is None or registry is None:
             raise HookscopeError("No model is loaded yet: there is no session to save.")
         order = {node.path: n for n, node in enumerate(space.nodes)}
-        hooks = sorted(space.ticked_pairs(), key=lambda pair: (order.get(pair[0], len(order)),
-                                                               KIND_ORDER.get(pair[1], 9), pair))
+        hooks = sorted(
+            space.ticked_pairs(), key=lambda pair: (order.get(pair[0], len(order)), KIND_ORDER.get(pair[1], 9), pair)
+        )
         images = []
         shown = space.image.path if space.image is not None else None
         if shown:
@@ -191,8 +215,11 @@ class SessionFilesFeature(QObject):
             return paths
         self.open(sessions[0])
         if len(sessions) > 1:
-            self.host.show_status(f"Opened {os.path.basename(sessions[0])}; drop one session file at a time "
-                                  f"({len(sessions) - 1} more left out).", 8000)
+            self.host.show_status(
+                f"Opened {os.path.basename(sessions[0])}; drop one session file at a time "
+                f"({len(sessions) - 1} more left out).",
+                8000,
+            )
         return [path for path in paths if not is_session_file(path)]
 
     def open(self, path: str | os.PathLike, trust: bool = False) -> None:
@@ -222,8 +249,11 @@ class SessionFilesFeature(QObject):
             return loaded
 
         self._pending = pending
-        self.workspace.load_model_with(f"the session's {session.model.get('name', 'model')}", work,
-                                       failed=lambda error: self._on_load_failed(pending, error))
+        self.workspace.load_model_with(
+            f"the session's {session.model.get('name', 'model')}",
+            work,
+            failed=lambda error: self._on_load_failed(pending, error),
+        )
 
     def _on_load_failed(self, pending: dict[str, Any], error: BaseException) -> bool:
         if pending is not self._pending:
@@ -243,16 +273,19 @@ class SessionFilesFeature(QObject):
         if self.ask_trust(error.path, error.objects):
             self._load(session, problems, trust=True)
             return
-        line = (f"The session's model file {Path(str(error.path)).name} would run code and was not trusted, "
-                "so it was not opened.")
+        line = (
+            f"The session's model file {Path(str(error.path)).name} would run code and was not trusted, "
+            "so it was not opened."
+        )
         self._apply_rest(session, problems + [line, KEPT_MODEL])
 
     def _on_model_changed(self, outcome: LoadOutcome) -> None:
         pending, self._pending = self._pending, None
         if pending is not None and pending.get("loaded") is outcome.loaded:
             # After the workspace has carried the old ticks over (it does so right after this signal).
-            QTimer.singleShot(0, lambda: self._apply_rest(pending["session"], pending["problems"],
-                                                          pending.get("survey")))
+            QTimer.singleShot(
+                0, lambda: self._apply_rest(pending["session"], pending["problems"], pending.get("survey"))
+            )
 
     def _apply_rest(self, session: Session, problems: list[str], survey: ModelSurvey | None = None) -> None:
         """Everything but the model: panel settings, ticks, edits, device, target, images; then one run.
@@ -288,8 +321,7 @@ class SessionFilesFeature(QObject):
             registry.adopt_survey(survey)
         if session.edits:
             preprocess = space.loaded.preprocess
-            space.restore_edits(lambda registry: problems.extend(apply_session_edits(registry, session,
-                                                                                      preprocess)[0]))
+            space.restore_edits(lambda registry: problems.extend(apply_session_edits(registry, session, preprocess)[0]))
         if session.device != space.device:
             if session.device in available_devices():
                 space.set_device(session.device)
@@ -349,8 +381,17 @@ class SessionFilesFeature(QObject):
         kinds = tuple(kind for kind in KNOWN_KINDS if kind in ticked)
         default = space.default_settings
         image = outcome.image.path or outcome.image.name
-        worker = PoolWorker(write_run, outcome.result, loaded, Path(folder), image=image, kinds=kinds, png=True,
-                            colormap=default.colormap, scaling=default.scaling)
+        worker = PoolWorker(
+            write_run,
+            outcome.result,
+            loaded,
+            Path(folder),
+            image=image,
+            kinds=kinds,
+            png=True,
+            colormap=default.colormap,
+            scaling=default.scaling,
+        )
         worker.returned.connect(lambda *_: self._on_exported(str(folder)))
         worker.errored.connect(self._on_export_failed)
         self._export_worker = worker

@@ -76,8 +76,9 @@ class FittedImage(QLabel):
             self.clear()
             return
         room = self.contentsRect().size()
-        self.setPixmap(self.source.scaled(room, Qt.AspectRatioMode.KeepAspectRatio,
-                                          Qt.TransformationMode.SmoothTransformation))
+        self.setPixmap(
+            self.source.scaled(room, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+        )
 
 
 class VisualizeFeature(QObject):
@@ -103,7 +104,8 @@ class VisualizeFeature(QObject):
         self.dock = host.add_dock(
             # With the side views under the cards: the fields on the left, the image beside them as large as the
             # height allows.
-            DockSpec(DOCK_ID, "Visualize", area="bottom", visible=False), self.widget
+            DockSpec(DOCK_ID, "Visualize", area="bottom", visible=False),
+            self.widget,
         )
         host.add_tile_menu(self.tile_entries)
         host.add_module_menu(self.module_entries)

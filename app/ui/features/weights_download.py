@@ -93,10 +93,7 @@ def transfer_text(done: int, total: int | None, speed: float) -> str:
 def missing_weights(loaded: LoadedModel | None, asked: str) -> bool:
     """Whether ``loaded`` runs with random weights although its pretrained ones were asked for (``asked``)."""
     return (
-        loaded is not None
-        and asked == "default"
-        and loaded.source in ("catalogue", "timm")
-        and not loaded.pretrained
+        loaded is not None and asked == "default" and loaded.source in ("catalogue", "timm") and not loaded.pretrained
     )
 
 
@@ -115,7 +112,9 @@ class WeightsDownloadFeature(QObject):
     """The notice row above the panels: one sentence, the Download button with its progress, and Details."""
 
     id = "weights_download"
-    progressed = Signal(object, object, float)  # bytes done, bytes total (None: unknown), bytes per second (object: over 2 GB)
+    progressed = Signal(
+        object, object, float
+    )  # bytes done, bytes total (None: unknown), bytes per second (object: over 2 GB)
     finished = Signal(str, str)  # "done", "cancelled" or "failed"; the message shown
 
     def __init__(self, workspace: Workspace, host: Host) -> None:
@@ -222,8 +221,10 @@ class WeightsDownloadFeature(QObject):
             name = self.offered_for()
             if name is not None and name.startswith(TIMM_PREFIX):
                 self._show_button(name, "Download")
-                self._set_details(f"timm's pretrained weights come from the Hugging Face Hub into its cache "
-                                  f"({hub_models.hub_cache()}); HF_HOME moves it, HF_ENDPOINT names a mirror.")
+                self._set_details(
+                    f"timm's pretrained weights come from the Hugging Face Hub into its cache "
+                    f"({hub_models.hub_cache()}); HF_HOME moves it, HF_ENDPOINT names a mirror."
+                )
             elif name is not None:
                 self._show_button(name, "Download")
                 self._set_details(cache_details(name))
@@ -361,8 +362,9 @@ class WeightsDownloadFeature(QObject):
         self._show_notice()
         if not cancelled and self.offered_for() == self._name:
             title = model_title(self._name)
-            self.sentence.setText(f"The download of {title}'s weights failed: still showing {title} with random "
-                                  "weights.")
+            self.sentence.setText(
+                f"The download of {title}'s weights failed: still showing {title} with random weights."
+            )
             self._show_button(self._name, "Try again")
             self._set_details(message)
             self.details_button.setChecked(True)  # why it failed (offline, a wrong mirror) is the next question

@@ -149,8 +149,22 @@ class RunRequest:
         edits = registry.enabled_edits()
         mixes = dict.fromkeys(e.other_image for e in edits if e.kind == "mix" and e.other_image)
         others = tuple(ImageSource.from_path(path) for path in mixes)
-        return cls(generation, loaded, registry, image, device, target, frozen, default_settings, others,
-                   bool(edits), image_b, fit, MappingProxyType(dict(channel_orders or {})), frozenset(hidden))
+        return cls(
+            generation,
+            loaded,
+            registry,
+            image,
+            device,
+            target,
+            frozen,
+            default_settings,
+            others,
+            bool(edits),
+            image_b,
+            fit,
+            MappingProxyType(dict(channel_orders or {})),
+            frozenset(hidden),
+        )
 
     def settings_for(self, path: str, kind: str) -> PanelSettings:
         return self.settings.get((path, kind), self.default_settings)
@@ -225,8 +239,9 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     deferred = tuple(r for r in result.records if (r.kind, r.key) in request.hidden)
     display = preprocess.shown(fitted)  # the input as the model sees it: the picture it was made of
     display_b = preprocess.to_display(result_b.input) if result_b is not None else None
-    pictures, comparison = pictures_of_records(shown, request.settings_for, request.channel_orders, request.fit,
-                                               result, result_b, display_b)
+    pictures, comparison = pictures_of_records(
+        shown, request.settings_for, request.channel_orders, request.fit, result, result_b, display_b
+    )
     saliency = None
     if result.input_grad is not None and result.input_grad.ndim == 4:
         # reduced where the gradient is (a GPU run's, if the engine keeps it there): only the (H, W) map moves
@@ -234,8 +249,18 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     prepare_ms = (time.perf_counter() - start) * 1000
     timings = {"read_ms": read_ms, **result.timings, "prepare_ms": prepare_ms}
     image_b = request.image_b.loaded(pixels_b) if request.image_b is not None and pixels_b is not None else None
-    return RunOutcome(request.generation, request.image.loaded(pixels), result, pictures, display, saliency, timings,
-                      comparison, image_b, deferred)
+    return RunOutcome(
+        request.generation,
+        request.image.loaded(pixels),
+        result,
+        pictures,
+        display,
+        saliency,
+        timings,
+        comparison,
+        image_b,
+        deferred,
+    )
 
 
 def pictures_of_records(
@@ -285,8 +310,13 @@ def execute_pictures(request: PictureRequest) -> PictureOutcome:
     outcome = request.outcome
     comparison = outcome.comparison
     pictures, compared = pictures_of_records(
-        list(request.records), request.settings_for, request.channel_orders, request.fit, outcome.result,
+        list(request.records),
+        request.settings_for,
+        request.channel_orders,
+        request.fit,
+        outcome.result,
         comparison.result if comparison is not None else None,
-        comparison.input_display if comparison is not None else None)
+        comparison.input_display if comparison is not None else None,
+    )
     views = dict(compared.views) if compared is not None else {}
     return PictureOutcome(outcome, pictures, views, (time.perf_counter() - start) * 1000)

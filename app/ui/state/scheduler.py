@@ -76,8 +76,15 @@ class RunScheduler(QObject):
         """Build a model in the background (``work(generation)``); supersedes any load and run in flight."""
         self._latest.value += 1
         self._load_generation = generation = self._latest.value
-        self.runner.submit(Job(generation, partial(work, generation),
-                               stale=lambda: self._load_generation != generation, label="load", abandonable=True))
+        self.runner.submit(
+            Job(
+                generation,
+                partial(work, generation),
+                stale=lambda: self._load_generation != generation,
+                label="load",
+                abandonable=True,
+            )
+        )
         self.busy_changed.emit(True)
         return generation
 

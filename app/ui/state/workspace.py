@@ -176,8 +176,9 @@ class Workspace(QObject):
         self.status.emit(f"Loading {name}…", 0)
         self.scheduler.load(lambda generation: execute_load(LoadRequest(generation, name, weights)))
 
-    def load_model_with(self, description: str, work: Callable[[], LoadedModel],
-                        failed: Callable[[BaseException], bool] | None = None) -> None:
+    def load_model_with(
+        self, description: str, work: Callable[[], LoadedModel], failed: Callable[[BaseException], bool] | None = None
+    ) -> None:
         """Load the model ``work`` builds (a model file, a session's model) in the background, as set_model does.
 
         ``failed`` sees the error first; returning True means it took care of it (asked for trust and retried).
@@ -242,8 +243,11 @@ class Workspace(QObject):
         self._load_failed = None
         paths = set(self.registry.paths)
         if self._initial_checks is not None or first:
-            wanted = self._initial_checks if self._initial_checks is not None else default_checks(
-                outcome.loaded.name, self.nodes)
+            wanted = (
+                self._initial_checks
+                if self._initial_checks is not None
+                else default_checks(outcome.loaded.name, self.nodes)
+            )
             self._initial_checks = None
             self.missing_checks = [p for p in wanted if p not in paths]
             pairs = [(p, k) for p in wanted if p in paths for k in self.check_kinds]
@@ -293,8 +297,9 @@ class Workspace(QObject):
             pass  # the caller took care of it (asked for trust, or for the architecture, and retried)
         else:
             message = error_text(error) if isinstance(error, BaseException) else str(error)
-            self.failed.emit(RunFailure(message, error if isinstance(error, BaseException) else RuntimeError(message),
-                                        load=True))
+            self.failed.emit(
+                RunFailure(message, error if isinstance(error, BaseException) else RuntimeError(message), load=True)
+            )
             self.error.emit(message, True)
         self.weights_changed.emit(self.weights)  # the boxes go back to what is in use
         if self._run_wanted and self.loaded is not None and not self.loading:
@@ -543,10 +548,20 @@ class Workspace(QObject):
         if self.loading or self.loaded is None or self.registry is None:
             self._run_wanted = True
             return None
-        return RunRequest.freeze(generation, self.loaded, self.registry, self.wanted_image, self.device,
-                                 self.target, self.settings, self.default_settings,
-                                 image_b=self.image_b, fit=self.view_size(), channel_orders=self.channel_orders,
-                                 hidden=self.hidden_panels())
+        return RunRequest.freeze(
+            generation,
+            self.loaded,
+            self.registry,
+            self.wanted_image,
+            self.device,
+            self.target,
+            self.settings,
+            self.default_settings,
+            image_b=self.image_b,
+            fit=self.view_size(),
+            channel_orders=self.channel_orders,
+            hidden=self.hidden_panels(),
+        )
 
     @property
     def preparing(self) -> bool:
@@ -573,10 +588,22 @@ class Workspace(QObject):
             return
         wanted, self._pictures_wanted = self._pictures_wanted, set()
         records = tuple(r for r in outcome.deferred if (r.kind, r.key) in wanted)
-        request = PictureRequest(outcome, records, MappingProxyType(dict(self.settings)), self.default_settings,
-                                 self.view_size(), MappingProxyType(dict(self.channel_orders)))
-        self.picture_runner.submit(Job(outcome.generation, lambda: execute_pictures(request),
-                                       lambda: self.last is not outcome, label="pictures"))
+        request = PictureRequest(
+            outcome,
+            records,
+            MappingProxyType(dict(self.settings)),
+            self.default_settings,
+            self.view_size(),
+            MappingProxyType(dict(self.channel_orders)),
+        )
+        self.picture_runner.submit(
+            Job(
+                outcome.generation,
+                lambda: execute_pictures(request),
+                lambda: self.last is not outcome,
+                label="pictures",
+            )
+        )
 
     def _on_pictures(self, job: Job, pictures: PictureOutcome) -> None:
         if not self._closing and pictures.outcome is self.last:
@@ -624,8 +651,12 @@ class Workspace(QObject):
             self.wanted_image = self.image  # the results on screen stay; later runs use their image
             if self._dirty:
                 self.request_run()
-        elif isinstance(error, ImageError) and self.image is None and failed is not None \
-                and failed.path != str(sample_image()):
+        elif (
+            isinstance(error, ImageError)
+            and self.image is None
+            and failed is not None
+            and failed.path != str(sample_image())
+        ):
             self.request_image(ImageSource.from_path(sample_image()))  # nothing on screen yet: the sample
 
     def missing_reason(self, path: str, kind: str) -> str:
@@ -669,8 +700,11 @@ def target_text(target: object) -> int | str:
 
 def is_target_error(error: BaseException) -> bool:
     """Whether a failed run's error is the target's (one that names no module and no edit)."""
-    return isinstance(error, RunError) and not getattr(error, "module_path", None) \
+    return (
+        isinstance(error, RunError)
+        and not getattr(error, "module_path", None)
         and not getattr(error, "edit_spec", None)
+    )
 
 
 def _load_with(generation: int, work: Callable[[], LoadedModel]) -> LoadOutcome:

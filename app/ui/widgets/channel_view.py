@@ -21,8 +21,12 @@ def colormap_of(name: str) -> pg.ColorMap:
 
 def upsample(map2d: np.ndarray, width: int, height: int) -> np.ndarray:
     """A small map stretched smoothly over the input image (bilinear), for the overlay."""
-    return np.asarray(Image.fromarray(np.ascontiguousarray(map2d, dtype=np.float32), mode="F").resize(
-        (width, height), Image.Resampling.BILINEAR), dtype=np.float32)
+    return np.asarray(
+        Image.fromarray(np.ascontiguousarray(map2d, dtype=np.float32), mode="F").resize(
+            (width, height), Image.Resampling.BILINEAR
+        ),
+        dtype=np.float32,
+    )
 
 
 class CompactView(pg.GraphicsLayoutWidget):

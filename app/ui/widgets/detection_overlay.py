@@ -44,8 +44,18 @@ def boxes_of(detections: Iterable[object]) -> list[Box]:
     boxes = []
     for detection in detections:
         x0, y0, x1, y1 = (float(v) for v in detection.box)
-        boxes.append(Box(int(detection.index), x0, y0, x1, y1, int(detection.label), str(detection.label_text),
-                         float(detection.score)))
+        boxes.append(
+            Box(
+                int(detection.index),
+                x0,
+                y0,
+                x1,
+                y1,
+                int(detection.label),
+                str(detection.label_text),
+                float(detection.score),
+            )
+        )
     return boxes
 
 
@@ -65,13 +75,19 @@ class BoxItem(QGraphicsRectItem):
         fill.setAlpha(40 if highlighted else 0)
         self.setBrush(QBrush(fill))
         self.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.setToolTip(f"box {box.number}: {box.label} (class {box.label_index}), score {box.score:.3f}\n"
-                        "Click: take gradients of this box's score (box:N)")
+        self.setToolTip(
+            f"box {box.number}: {box.label} (class {box.label_index}), score {box.score:.3f}\n"
+            "Click: take gradients of this box's score (box:N)"
+        )
         # Smaller boxes on top, so a box inside another can still be clicked; the chosen one above all.
         area = max((box.x1 - box.x0) * (box.y1 - box.y0), 1.0)
         self.setZValue(20 + (1000 if highlighted else 0) + 1.0 / area)
-        self.text = pg.TextItem(box.caption, color="#ffffff" if not highlighted else "#000000",
-                                fill=pg.mkBrush(HIGHLIGHT if highlighted else colour), anchor=(0, 0))
+        self.text = pg.TextItem(
+            box.caption,
+            color="#ffffff" if not highlighted else "#000000",
+            fill=pg.mkBrush(HIGHLIGHT if highlighted else colour),
+            anchor=(0, 0),
+        )
         # inside the box's top-left corner: a box at the image's top edge would put its label out of view
         self.text.setParentItem(self)
         self.text.setPos(box.x0, box.y0)

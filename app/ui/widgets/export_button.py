@@ -81,7 +81,7 @@ class PanelExporter(QObject):
 
     @property
     def view(self) -> str:
-        """"A", or with image B set "B" or "diff" (A − B, drawn with the diverging colormap)."""
+        """ "A", or with image B set "B" or "diff" (A − B, drawn with the diverging colormap)."""
         return str(getattr(self.panel.picture, "view", "A"))
 
     # ---- writing ------------------------------------------------------------------------------------------
@@ -98,8 +98,9 @@ class PanelExporter(QObject):
             return
         # the same document, its embedded picture drawn through the diverging lookup table
         image = self.mosaic()
-        document = svg_document(image, "gray", title).replace(_png_base64(apply_gray(image)),
-                                                              _png_base64(diverging_lut()[image]))
+        document = svg_document(image, "gray", title).replace(
+            _png_base64(apply_gray(image)), _png_base64(diverging_lut()[image])
+        )
         with _writing(path) as target:
             target.write_text(document, encoding="utf-8")
 
@@ -148,10 +149,21 @@ class PanelExporter(QObject):
             ("Mosaic as SVG…", "svg", "SVG image (*.svg)", "", self.mosaic_svg),
         ]
         channel = self.selected_channel
-        if picture is not None and picture.channels.kind == "maps" and channel is not None \
-                and channel < picture.channel_count:
-            entries.append((f"Channel {channel} as PNG…", "png", "PNG image (*.png)", f"_channel{channel}",
-                            lambda path, c=channel: self.channel_png(c, path)))
+        if (
+            picture is not None
+            and picture.channels.kind == "maps"
+            and channel is not None
+            and channel < picture.channel_count
+        ):
+            entries.append(
+                (
+                    f"Channel {channel} as PNG…",
+                    "png",
+                    "PNG image (*.png)",
+                    f"_channel{channel}",
+                    lambda path, c=channel: self.channel_png(c, path),
+                )
+            )
         entries += [
             None,
             ("Array as .npy…", "npy", "NumPy array (*.npy)", "", self.array_npy),
@@ -165,8 +177,9 @@ class PanelExporter(QObject):
             label, suffix, pattern, extra, write = entry
             action = menu.addAction(label)
             action.setEnabled(picture is not None)
-            action.triggered.connect(lambda *_, a=(label, f"{stem}{extra}.{suffix}", pattern, suffix, write):
-                                     self._export(*a))
+            action.triggered.connect(
+                lambda *_, a=(label, f"{stem}{extra}.{suffix}", pattern, suffix, write): self._export(*a)
+            )
 
     def _export(self, label: str, suggested: str, pattern: str, suffix: str, write) -> None:
         path = self.choose_path(f"Export {label.rstrip('…').lower()}", suggested, pattern)
@@ -215,8 +228,9 @@ def export_button(panel: FeatureMapPanel) -> QToolButton:
     button.setObjectName("exportPanel")
     button.setIcon(button.style().standardIcon(QStyle.StandardPixmap.SP_DialogSaveButton))
     button.setAutoRaise(True)
-    button.setStyleSheet("QToolButton { border: none; padding: 0 2px; }"
-                         " QToolButton:hover { background: #3b404a; border-radius: 3px; }")
+    button.setStyleSheet(
+        "QToolButton { border: none; padding: 0 2px; } QToolButton:hover { background: #3b404a; border-radius: 3px; }"
+    )
     button.setToolTip("Export this panel: the mosaic or one channel as PNG or SVG, the arrays, the statistics")
     button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
     exporter = PanelExporter(panel)

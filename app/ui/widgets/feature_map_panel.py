@@ -46,8 +46,10 @@ MIN_PANEL_HEIGHT = 260
 MARGIN_X, MARGIN_Y, SPACING = 6, 4, 3  # the panel's layout
 CONTROL_SPACING = 4
 VIEW_MARGIN = 2  # between the mosaic view's edge and its view box
-VIEW_TIP = ("Hover a tile for its channel and value; click it to open the channel view.\n"
-            "Wheel: scroll the panels · Ctrl+wheel: zoom · drag: pan · double-click: show the whole mosaic.")
+VIEW_TIP = (
+    "Hover a tile for its channel and value; click it to open the channel view.\n"
+    "Wheel: scroll the panels · Ctrl+wheel: zoom · drag: pan · double-click: show the whole mosaic."
+)
 SCALING_LABELS = {"channel": "per channel", "shared": "shared"}
 
 
@@ -74,8 +76,9 @@ class InfoLabel(QElidingLabel):
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         hint = super().sizeHint()
         margins = self.contentsMargins()
-        return QSize(self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + margins.right() + 2,
-                     hint.height())
+        return QSize(
+            self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + margins.right() + 2, hint.height()
+        )
 
 
 class ChoiceButton(QToolButton):
@@ -190,14 +193,18 @@ class FeatureMapPanel(QFrame):
 
         self.colormap_box = ChoiceButton({c: c for c in COLORMAPS}, settings.colormap, "Colormap")
         self.scaling_box = ChoiceButton(
-            SCALING_LABELS, settings.scaling, "Per-channel: each tile uses its own range. Shared: one range for all tiles."
+            SCALING_LABELS,
+            settings.scaling,
+            "Per-channel: each tile uses its own range. Shared: one range for all tiles.",
         )
         self.sort_box = ChoiceButton(sort_labels(kind), settings.sort, "Order of the tiles (highest first)")
         for box in (self.colormap_box, self.scaling_box, self.sort_box):
             box.chosen.connect(self._on_settings_edited)
         # With image B set: which of A, B and A − B this panel draws (``show_views``).
         self.views: dict[str, PanelPicture] = {}
-        self.view_box = ChoiceButton(VIEWS, settings.view, "Image B is set: show this record on A, on B, or the difference A − B")
+        self.view_box = ChoiceButton(
+            VIEWS, settings.view, "Image B is set: show this record on A, on B, or the difference A − B"
+        )
         self.view_box.setVisible(False)
         self.view_box.chosen.connect(self._on_view_chosen)
         # One row of drop-downs when they fit, two when the panel is narrow (``_place_controls``).
@@ -299,8 +306,16 @@ class FeatureMapPanel(QFrame):
         row_height = self.colormap_box.sizeHint().height()
         header = max(self._title.sizeHint().height(), self.export_button.sizeHint().height(), row_height)
         footer = self._info.sizeHint().height()
-        chrome = (2 * MARGIN_Y + 2 * self.frameWidth() + header + rows * row_height + (rows - 1) * 2
-                  + self.legend.height() + footer + 4 * SPACING)
+        chrome = (
+            2 * MARGIN_Y
+            + 2 * self.frameWidth()
+            + header
+            + rows * row_height
+            + (rows - 1) * 2
+            + self.legend.height()
+            + footer
+            + 4 * SPACING
+        )
         if self._note.isVisibleTo(self):
             chrome += footer + SPACING
         plot = (width - 2 * MARGIN_X - 2 * self.frameWidth()) * plot_ratio
@@ -310,7 +325,7 @@ class FeatureMapPanel(QFrame):
         """In a module's card, whose title is the module's path, the panel's title is only what tells its record
         apart ("#1" for a second call, "/0" for a leaf of a structured output); on its own, the whole key."""
         key = self.key or "(model)"
-        text = key[len(self.path):] if in_card and self.path and key.startswith(self.path) else key
+        text = key[len(self.path) :] if in_card and self.path and key.startswith(self.path) else key
         if self._title.text() != text:
             self._title.setText(text)
 
@@ -477,12 +492,16 @@ class FeatureMapPanel(QFrame):
         # the record's tensor where the run left it (``record.tensor`` would copy it to the CPU first)
         broken = count_non_finite(picture.key, picture.record.data) if picture.record is not None else None
         if broken is not None:  # NaN or inf, drawn as 0: not an all-zero gradient, and not an untrained head
-            return (f"{broken.words[0].upper()}{broken.words[1:]} here (drawn as 0): the numbers broke down before "
-                    "this point.\n(NaN or inf in the weights, or values that overflowed: the banner above the "
-                    "panels says which.)")
+            return (
+                f"{broken.words[0].upper()}{broken.words[1:]} here (drawn as 0): the numbers broke down before "
+                "this point.\n(NaN or inf in the weights, or values that overflowed: the banner above the "
+                "panels says which.)"
+            )
         if picture.is_gradient and picture.high == 0.0:
-            return ("Every gradient here is 0: nothing in this output changes the target score.\n"
-                    "(An untrained model with a zero-initialised head, such as torchvision's ViT, does this.)")
+            return (
+                "Every gradient here is 0: nothing in this output changes the target score.\n"
+                "(An untrained model with a zero-initialised head, such as torchvision's ViT, does this.)"
+            )
         what = "|grad|" if picture.is_gradient else "value"
         return f"Every {what} here is {picture.high:.4g}: there is nothing to tell apart."
 
@@ -508,8 +527,12 @@ class FeatureMapPanel(QFrame):
 
     def apply_settings(self, settings: PanelSettings) -> None:
         """Redraw under new settings on the GUI thread (one mosaic: milliseconds even for 2048 channels)."""
-        for box, value in ((self.colormap_box, settings.colormap), (self.scaling_box, settings.scaling),
-                           (self.sort_box, settings.sort), (self.view_box, settings.view)):
+        for box, value in (
+            (self.colormap_box, settings.colormap),
+            (self.scaling_box, settings.scaling),
+            (self.sort_box, settings.sort),
+            (self.view_box, settings.view),
+        ):
             box.set_value(value)
         self._set_settings(settings)
 

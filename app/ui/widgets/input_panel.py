@@ -202,8 +202,9 @@ class InputPanel(QWidget):
     def set_regions_enabled(self, enabled: bool) -> None:
         """Whether a drag on the image picks a region (segmentation models)."""
         self._box.regions_enabled = enabled
-        self.view.setToolTip("Drag a rectangle: take gradients of the targeted class over that region"
-                             if enabled else "")
+        self.view.setToolTip(
+            "Drag a rectangle: take gradients of the targeted class over that region" if enabled else ""
+        )
 
     def show_region(self, region: Region | None) -> None:
         self._box.show_region(region)

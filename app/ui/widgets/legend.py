@@ -64,10 +64,21 @@ def legend_of(picture: PanelPicture) -> Legend | None:
         data = picture.channels.data
         magnitude = float(max(-float(data.min(initial=0.0)), float(data.max(initial=0.0))))
         if shared:
-            return Legend(lut, number(-magnitude), "+" + number(magnitude), "A − B, shared",
-                          "one signed range for all tiles, 0 in the middle")
-        return Legend(lut, "−max", "+max", "A − B per channel",
-                      "each tile from −its max |A − B| to +its max, 0 in the middle", f"|A − B| ≤ {number(magnitude)}")
+            return Legend(
+                lut,
+                number(-magnitude),
+                "+" + number(magnitude),
+                "A − B, shared",
+                "one signed range for all tiles, 0 in the middle",
+            )
+        return Legend(
+            lut,
+            "−max",
+            "+max",
+            "A − B per channel",
+            "each tile from −its max |A − B| to +its max, 0 in the middle",
+            f"|A − B| ≤ {number(magnitude)}",
+        )
     ranges = picture.arrangement.ranges
     if ranges is not None and ranges[0].size:
         low, high = float(ranges[0].min()), float(ranges[1].max())
@@ -132,10 +143,11 @@ class ColorLegend(QWidget):
         height = self.height()
 
         def widths(ends: bool) -> list[tuple[str, str, int]]:
-            return [(part, text, BAR_WIDTH if part == "bar" else metrics.horizontalAdvance(text))
-                    for part, text in (("low", legend.low), ("bar", ""), ("high", legend.high),
-                                       ("values", legend.values))
-                    if part == "bar" or (text and (ends or part == "values"))]
+            return [
+                (part, text, BAR_WIDTH if part == "bar" else metrics.horizontalAdvance(text))
+                for part, text in (("low", legend.low), ("bar", ""), ("high", legend.high), ("values", legend.values))
+                if part == "bar" or (text and (ends or part == "values"))
+            ]
 
         # In a narrow panel the note goes first, then the bar narrows, then the words "min" and "max" at its ends
         # (the values after them say the same numbers); the values stay whole as long as they fit at all.

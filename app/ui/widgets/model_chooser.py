@@ -19,15 +19,22 @@ class ModelChooser(QWidget):
     weights_chosen = Signal(str)
     device_chosen = Signal(str)
 
-    def __init__(self, models: list[str], devices: list[str], unavailable: dict[str, str] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        models: list[str],
+        devices: list[str],
+        unavailable: dict[str, str] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.model_box = QSearchableComboBox()
         self.model_box.addItems(models)
         self.model_box.setMinimumWidth(150)
         self.model_box.setMaximumWidth(240)
-        self.model_box.setToolTip("The model: type to search the catalogue, or type hf:ORG/NAME and press Enter for "
-                                  "a model from the Hugging Face Hub")
+        self.model_box.setToolTip(
+            "The model: type to search the catalogue, or type hf:ORG/NAME and press Enter for "
+            "a model from the Hugging Face Hub"
+        )
         self.model_box.textActivated.connect(self.model_chosen)
         # The box inserts nothing typed (it is a search), so Enter on a name it does not list emits nothing: a Hub
         # name is taken from here.

@@ -122,9 +122,9 @@ class ModuleTreeModel(QAbstractItemModel):
         self.layoutAboutToBeChanged.emit()
         self._survey = survey
         self._texts = {}
-        self._not_run = set() if survey is None else {
-            i for i, node in enumerate(self._nodes) if not survey.run_of(node.path).ran
-        }
+        self._not_run = (
+            set() if survey is None else {i for i, node in enumerate(self._nodes) if not survey.run_of(node.path).ran}
+        )
         self.layoutChanged.emit()
 
     @property
@@ -304,8 +304,10 @@ class ModuleTreeModel(QAbstractItemModel):
                 lines.append(f"Tick to hook its {KIND_LABELS[kind].lower()} ({method})")
         if column == SHAPE and self._survey is not None and self._survey.run_of(node.path).ran:
             run = self._survey.run_of(node.path)
-            lines.append(f"Output in the last run ({run.calls} call{'s' if run.calls > 1 else ''}): "
-                         + ", ".join(shape_text(s) for s in run.output_shapes))
+            lines.append(
+                f"Output in the last run ({run.calls} call{'s' if run.calls > 1 else ''}): "
+                + ", ".join(shape_text(s) for s in run.output_shapes)
+            )
         if self.ran(node.path) is False:
             lines.append(f"Greyed: {NOT_RUN_REASON}.")
         return "\n".join(lines)

@@ -44,8 +44,9 @@ class TickDelegate(QStyledItemDelegate):
     def box_rect(self, cell: QRect) -> QRect:
         return QRect(cell.center().x() - BOX // 2, cell.center().y() - BOX // 2, BOX, BOX)
 
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
-              ) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
         plain = QStyleOptionViewItem(option)
         self.initStyleOption(plain, index)
         plain.features &= ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator  # the box is ours
@@ -71,18 +72,29 @@ class TickDelegate(QStyledItemDelegate):
             painter.drawRect(box.adjusted(0, 0, -1, -1))
         painter.restore()
 
-    def editorEvent(self, event: QEvent, model: QAbstractItemModel, option: QStyleOptionViewItem,  # noqa: N802
-                    index: QModelIndex | QPersistentModelIndex) -> bool:
+    def editorEvent(
+        self,
+        event: QEvent,
+        model: QAbstractItemModel,
+        option: QStyleOptionViewItem,  # noqa: N802
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> bool:
         if not index.flags() & Qt.ItemFlag.ItemIsUserCheckable:
             return False
         kind = event.type()
         if kind in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonDblClick):
             # Taken, not passed on: a double-click in a tick cell ticks twice, it never folds the branch.
-            return isinstance(event, QMouseEvent) and event.button() == Qt.MouseButton.LeftButton \
+            return (
+                isinstance(event, QMouseEvent)
+                and event.button() == Qt.MouseButton.LeftButton
                 and option.rect.contains(event.position().toPoint())
+            )
         if kind == QEvent.Type.MouseButtonRelease:
-            if not (isinstance(event, QMouseEvent) and event.button() == Qt.MouseButton.LeftButton
-                    and option.rect.contains(event.position().toPoint())):
+            if not (
+                isinstance(event, QMouseEvent)
+                and event.button() == Qt.MouseButton.LeftButton
+                and option.rect.contains(event.position().toPoint())
+            ):
                 return False
         elif kind == QEvent.Type.KeyPress:
             if not (isinstance(event, QKeyEvent) and event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Select)):
@@ -91,8 +103,9 @@ class TickDelegate(QStyledItemDelegate):
             return False
         state = index.data(Qt.ItemDataRole.CheckStateRole)
         ticked = state is not None and Qt.CheckState(state) == Qt.CheckState.Checked
-        return model.setData(index, Qt.CheckState.Unchecked if ticked else Qt.CheckState.Checked,
-                             Qt.ItemDataRole.CheckStateRole)
+        return model.setData(
+            index, Qt.CheckState.Unchecked if ticked else Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole
+        )
 
 
 class ModuleTreeView(QWidget):
@@ -167,8 +180,9 @@ class ModuleTreeView(QWidget):
                     self.tree.expand(index)
         self.fit_name_column()
         if paths:
-            self.tree.scrollTo(self.proxy.mapFromSource(self.model.index_of(paths[0])),
-                               QAbstractItemView.ScrollHint.PositionAtCenter)
+            self.tree.scrollTo(
+                self.proxy.mapFromSource(self.model.index_of(paths[0])), QAbstractItemView.ScrollHint.PositionAtCenter
+            )
 
     def fit_name_column(self) -> None:
         """The name column as wide as its names, but never so wide that the tick columns leave a narrow dock."""

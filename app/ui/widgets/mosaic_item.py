@@ -68,8 +68,12 @@ class MosaicItem(pg.GraphicsObject):
             return
         to_device = QTransform(painter.deviceTransform())  # a copy: PySide hands out a reference into the painter
         shown = to_device.mapRect(self._rect)
-        if (not to_device.isRotating() and to_device.m11() > 0 and to_device.m22() > 0  # a plain scale
-                and (round(shown.width()), round(shown.height())) == self._size):
+        if (
+            not to_device.isRotating()
+            and to_device.m11() > 0
+            and to_device.m22() > 0  # a plain scale
+            and (round(shown.width()), round(shown.height())) == self._size
+        ):
             # Shown at the size the worker coloured it for (``rendering.fitted_size``): a plain copy at a whole
             # device pixel. Painted through the view's scaling, the raster engine takes its scaling path instead
             # (the module's docstring says what each costs). The copy is placed through the painter's own

@@ -257,7 +257,9 @@ class PanelArea(QScrollArea):
         while self._pending and made < PANELS_PER_TURN:
             (path, kind), settings_for = self._pending.popitem(last=False)
             if not self.panels_of(path, kind):
-                panel = self._make(path, kind, record_key(path), settings_for(path, kind), (self._order_of(path), 0, ""))
+                panel = self._make(
+                    path, kind, record_key(path), settings_for(path, kind), (self._order_of(path), 0, "")
+                )
                 panel.show_message("Waiting for the run…")
                 made += 1
         if made:
@@ -314,8 +316,13 @@ class PanelArea(QScrollArea):
                 continue
             ident = (record.kind, record.key)
             if ident not in self.panels:
-                self._make(record.path, record.kind, record.key, settings_for(*pair),
-                           (self._order_of(record.path), record.call, record.leaf)).show_message("Drawing…")
+                self._make(
+                    record.path,
+                    record.kind,
+                    record.key,
+                    settings_for(*pair),
+                    (self._order_of(record.path), record.call, record.leaf),
+                ).show_message("Drawing…")
                 changed = True
             self._stale.add(ident)
             seen.add(ident)
@@ -327,8 +334,13 @@ class PanelArea(QScrollArea):
             ident = (picture.kind, picture.key)
             panel = self.panels.get(ident)
             if panel is None:
-                panel = self._make(picture.path, picture.kind, picture.key, picture.settings,
-                                   (self._order_of(picture.path), picture.call, picture.leaf))
+                panel = self._make(
+                    picture.path,
+                    picture.kind,
+                    picture.key,
+                    picture.settings,
+                    (self._order_of(picture.path), picture.call, picture.leaf),
+                )
                 changed = True
             record_views = views.get(ident) if views else None
             if record_views:
@@ -349,15 +361,19 @@ class PanelArea(QScrollArea):
                 panel.show_message(missing_reason(panel.path, panel.kind))
         for path, kind in ticked - covered:
             if not self.panels_of(path, kind):
-                self._make(path, kind, record_key(path), settings_for(path, kind),
-                           (self._order_of(path), 0, "")).show_message(missing_reason(path, kind))
+                self._make(
+                    path, kind, record_key(path), settings_for(path, kind), (self._order_of(path), 0, "")
+                ).show_message(missing_reason(path, kind))
                 changed = True
         if changed:
             self._relayout()
         self._shown_check.start()
 
-    def show_pictures(self, pictures: Iterable[PanelPicture],
-                      views: Mapping[tuple[str, str], Mapping[str, PanelPicture]] | None = None) -> None:
+    def show_pictures(
+        self,
+        pictures: Iterable[PanelPicture],
+        views: Mapping[tuple[str, str], Mapping[str, PanelPicture]] | None = None,
+    ) -> None:
         """Pictures made for panels that scrolled into view after their run (``pictures_wanted``)."""
         for picture in pictures:
             ident = (picture.kind, picture.key)
@@ -386,8 +402,12 @@ class PanelArea(QScrollArea):
             return True  # the page, or this panel, not laid out yet: no telling where it will be
         viewport = self.viewport()
         margin = round(viewport.height() * ahead)
-        seen = QRect(self.horizontalScrollBar().value(), self.verticalScrollBar().value() - margin,
-                     viewport.width(), viewport.height() + 2 * margin)
+        seen = QRect(
+            self.horizontalScrollBar().value(),
+            self.verticalScrollBar().value() - margin,
+            viewport.width(),
+            viewport.height() + 2 * margin,
+        )
         return seen.intersects(QRect(panel.mapTo(self.widget(), QPoint(0, 0)), panel.size()))
 
     def hidden_idents(self, ahead: float = 1.0) -> frozenset[tuple[str, str]]:
@@ -413,8 +433,9 @@ class PanelArea(QScrollArea):
             panel.apply_settings(change(panel.settings))
 
     # ---- internals ------------------------------------------------------------------------------------------
-    def _make(self, path: str, kind: str, key: str, settings: PanelSettings,
-              sort_key: tuple[int, int, str]) -> FeatureMapPanel:
+    def _make(
+        self, path: str, kind: str, key: str, settings: PanelSettings, sort_key: tuple[int, int, str]
+    ) -> FeatureMapPanel:
         panel = FeatureMapPanel(path, kind, key, settings)
         panel.close_requested.connect(self.close_requested)
         panel.channel_clicked.connect(self.channel_clicked)

@@ -263,8 +263,10 @@ class SimilarityControls(QWidget):
         self.text_label = QLabel("Similarity to the text:")
         self.text_field = QLineEdit()
         self.text_field.setPlaceholderText("a photo of a cat")
-        self.text_field.setToolTip("Type a description and press Enter: the target is the cosine similarity of the "
-                                   "image's embedding to the text's")
+        self.text_field.setToolTip(
+            "Type a description and press Enter: the target is the cosine similarity of the "
+            "image's embedding to the text's"
+        )
         self.text_field.returnPressed.connect(self._on_text)
         self.score = WrappedLabel("")
         self.score.setObjectName("panelTitle")
@@ -398,8 +400,11 @@ class PredictionsPanel(QWidget):
         self.similarity.setVisible(task == "embedding")
         self.class_buttons.setVisible(task in ("classification", "segmentation"))
         self.top1_button.setText("Use top-1" if task == "classification" else "Use the default target")
-        self.top1_button.setToolTip("Take gradients of whichever class scores highest" if task == "classification"
-                                    else "Back to the model's default target (top1)")
+        self.top1_button.setToolTip(
+            "Take gradients of whichever class scores highest"
+            if task == "classification"
+            else "Back to the model's default target (top1)"
+        )
         self.hint.setVisible(task == "classification")
 
     def show_changes(self, changes: list[PredictionChange]) -> None:

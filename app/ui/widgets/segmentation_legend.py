@@ -74,7 +74,7 @@ def class_shares(segmentation: np.ndarray, categories: Sequence[str] | None = No
 def most_common_class(segmentation: np.ndarray, region: tuple[int, int, int, int]) -> int | None:
     """The class with the most pixels inside ``region`` (x0, y0, x1, y1; x1, y1 exclusive), None when it is empty."""
     x0, y0, x1, y1 = region
-    inside = np.asarray(segmentation)[max(y0, 0):max(y1, 0), max(x0, 0):max(x1, 0)]
+    inside = np.asarray(segmentation)[max(y0, 0) : max(y1, 0), max(x0, 0) : max(x1, 0)]
     shares = class_shares(inside)
     return shares[0].index if shares else None
 
@@ -109,8 +109,10 @@ class LegendRow(QFrame):
             return
         self.swatch.setStyleSheet(f"background: rgb{tuple(int(c) for c in colour)}; border: 1px solid #20242b;")
         self.label.setText(share.label)
-        self.label.setToolTip(f"class {share.index}: {html.escape(share.label)}\n"
-                              "Click: take gradients of this class over its pixels (class:C)")
+        self.label.setToolTip(
+            f"class {share.index}: {html.escape(share.label)}\n"
+            "Click: take gradients of this class over its pixels (class:C)"
+        )
         self.share.setText(f"{share.share:.1%}")
         if self.property("target") != is_target:
             self.setProperty("target", is_target)
@@ -152,15 +154,16 @@ class SegmentationLegend(QWidget):
         layout.addWidget(self.hint)
         self.shares: list[ClassShare] = []
 
-    def show_mask(self, segmentation: np.ndarray, categories: Sequence[str] | None, colours: np.ndarray,
-                  target_class: int | None) -> None:
+    def show_mask(
+        self, segmentation: np.ndarray, categories: Sequence[str] | None, colours: np.ndarray, target_class: int | None
+    ) -> None:
         """The classes of ``segmentation`` with ``colours`` (the mask's, by class index); ``target_class`` framed."""
         self.shares = class_shares(segmentation, categories)
         for n, row in enumerate(self.rows):
             share = self.shares[n] if n < len(self.shares) else None
             colour = tuple(colours[share.index]) if share is not None and share.index < len(colours) else (0, 0, 0)
             row.show_class(share, colour, share is not None and share.index == target_class)
-        rest = self.shares[len(self.rows):]
+        rest = self.shares[len(self.rows) :]
         self.more.setVisible(bool(rest))
         if rest:
             self.more.setText(f"and {len(rest)} more classes ({sum(s.share for s in rest):.1%} of the pixels)")
