@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -116,7 +117,7 @@ def write_test_images(folder: Path, count: int, seed: int = 0) -> list[Path]:
     for index in range(count):
         width, height = int(rng.integers(400, 640)), int(rng.integers(300, 480))
         small = rng.integers(0, 256, size=(height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8)
-        picture = Image.fromarray(small).resize((width, height), Image.BILINEAR)
+        picture = Image.fromarray(small).resize((width, height), Image.Resampling.BILINEAR)
         path = folder / f"image-{index:04d}.jpg"
         picture.save(path, quality=90)
         paths.append(path)
@@ -175,7 +176,7 @@ class FloorExport:
         self._save(folder / "input.npy", x.numpy())
         self._save(folder / "input_grad.npy", self.input_grads[0].numpy())
         for kind in dict.fromkeys(k for _, k in self.plan):
-            arrays = {}
+            arrays: dict[str, Any] = {}  # Any: numpy's stubs read a key as savez's allow_pickle
             for path in dict.fromkeys(p for p, k in self.plan if k == kind):
                 tensors = self.kept[(path, kind)]
                 for call, tensor in enumerate(reversed(tensors) if kind in GRADIENT_KINDS else tensors):

@@ -241,10 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     if args.small_batches:
-        layers = [p.strip() for p in (args.layers or "layer2,layer3").split(",") if p.strip()]
+        picked = [p.strip() for p in (args.layers or "layer2,layer3").split(",") if p.strip()]
         images = args.images or 40
-        med = small_batches(images, layers, model=args.model, rounds=args.rounds)
-        print(f"{args.model}, {images} images, {','.join(layers)}, {torch.get_num_threads()} torch threads, median of "
+        med = small_batches(images, picked, model=args.model, rounds=args.rounds)
+        print(f"{args.model}, {images} images, {','.join(picked)}, {torch.get_num_threads()} torch threads, median of "
               f"{args.rounds}: plain loop {med['plain']:.2f} s, scan at batch 1 {med['batch 1']:.2f} s, at 32 "
               f"{med['batch 32']:.2f} s; batch 1 / 32 {med['batch 1'] / med['batch 32']:.2f}, batch 1 / plain "
               f"{med['batch 1'] / med['plain']:.2f}")  # fmt: skip

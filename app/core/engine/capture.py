@@ -16,7 +16,7 @@ from app.core.engine.hooks import HookRegistry, Record, StaleCapture
 from app.core.engine.missing_gradients import MissingGradient, missing_gradients
 from app.core.engine.objectives import (
     Detection,
-    Objective,
+    Target,
     class_label,
     detection_objective,
     detections_list,
@@ -31,8 +31,6 @@ from app.core.engine.objectives import (
 from app.core.engine.structure import tensor_leaves
 from app.core.engine.tree import ModelSurvey, survey
 from app.core.models.state_dicts import first_line
-
-Target = int | str | Objective  # a class index, "top1", any of --target's forms, or a parsed Objective
 
 
 class RunCancelled(Exception):
@@ -173,8 +171,7 @@ def ensure_survey(model: nn.Module, registry: HookRegistry, x: torch.Tensor) -> 
     """Survey the model once per input shape (device included), and again after edits changed, and let the
     registry adapt to it."""
     known = registry.survey
-    stale = known is None or registry.needs_survey
-    if stale or known.input_shape != tuple(x.shape) or known.device != str(x.device):
+    if known is None or registry.needs_survey or known.input_shape != tuple(x.shape) or known.device != str(x.device):
         known = survey(model, x)
         registry.adopt_survey(known)
     return known

@@ -120,7 +120,7 @@ def record_key(path: str, call: int = 0, leaf: str = "") -> str:
 class StaleCapture(Exception):
     """A capture kept by reference was changed in place later; the run must be repeated with a clone."""
 
-    def __init__(self, paths: set[tuple[str, str]]) -> None:
+    def __init__(self, paths: set[tuple[str, HookKind]]) -> None:
         super().__init__(f"changed in place after capture: {sorted(paths)}")
         self.paths = paths
 
@@ -673,7 +673,7 @@ class HookRegistry:
                 else:
                     live.site.learn(survey)
 
-    def learn_clones(self, paths: set[tuple[str, str]]) -> None:
+    def learn_clones(self, paths: set[tuple[str, HookKind]]) -> None:
         """Copy what these (path, kind) hooks see from now on: a later in-place op changed it (until the next
         survey, which decides again)."""
         with self._lock:

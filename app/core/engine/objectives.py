@@ -72,6 +72,9 @@ class Objective:
         return self.kind in ("similar", "text")
 
 
+Target = int | str | Objective  # a class index, "top1", any of --target's forms, or a parsed Objective
+
+
 def parse_target(target: object) -> Objective:
     """An ``Objective`` from ``--target``'s text, a class index, or an ``Objective``; ``RunError`` (one line) when
     the text is none of the forms."""
@@ -259,7 +262,7 @@ def detections_list(found: Mapping[str, torch.Tensor], categories: Sequence[str]
     return [
         Detection(
             i,
-            tuple(float(v) for v in boxes[i].tolist()),
+            _corners(boxes[i]),
             int(labels[i]),
             class_label(int(labels[i]), categories),
             float(scores[i]),
@@ -268,7 +271,7 @@ def detections_list(found: Mapping[str, torch.Tensor], categories: Sequence[str]
     ]
 
 
-def with_reference(target: object, loaded: LoadedModel) -> object:
+def with_reference(target: Target, loaded: LoadedModel) -> Target:
     """``target`` ready to run: for ``similar:IMAGE`` and ``text:PROMPT``, the parsed objective with the embedding it
     compares with (IMAGE through the same model and preprocessing, with no gradient and no record; the text through
     the model's text tower); any other target as it is. ``ImageError`` for an image that cannot be read,
@@ -282,7 +285,7 @@ def with_reference(target: object, loaded: LoadedModel) -> object:
                 f"'{objective.spec}' needs a model with a text tower (CLIP-like, e.g. "
                 f"hf:openai/clip-vit-base-patch32); {loaded.name} has none."
             )
-        reference = loaded.text_embedder(objective.text or "")
+        reference: torch.Tensor | None = loaded.text_embedder(objective.text or "")
     else:
         from app.core.models.images import read_image
 
@@ -290,8 +293,8 @@ def with_reference(target: object, loaded: LoadedModel) -> object:
         device = next(loaded.module.parameters(), torch.empty(0)).device
         with torch.no_grad():
             reference = embedding_of(loaded.module(x.to(device)))
-        if reference is None:
-            raise RunError(f"'{objective.spec}' needs an embedding model: {loaded.name}'s output is not one vector.")
+    if reference is None:  # only the image path can find no embedding: a text tower always gives one
+        raise RunError(f"'{objective.spec}' needs an embedding model: {loaded.name}'s output is not one vector.")
     return replace(objective, reference=reference.detach().to("cpu").reshape(1, -1))
 
 
@@ -310,3 +313,8 @@ def objective_record(
         classes, counts = torch.unique(segmentation, return_counts=True)
         record["predicted_pixels"] = {str(int(c)): int(n) for c, n in zip(classes, counts)}
     return record
+
+
+def _corners(box: torch.Tensor) -> tuple[float, float, float, float]:
+    x0, y0, x1, y1 = (float(v) for v in box.tolist())
+    return x0, y0, x1, y1

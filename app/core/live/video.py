@@ -275,7 +275,7 @@ def _candidate_cameras() -> list[int]:
 
 def list_cameras() -> list[CameraInfo]:
     """The cameras that open and give a frame (a V4L2 node can be a metadata node of a camera, not a camera)."""
-    cameras = []
+    cameras: list[CameraInfo] = []
     candidates = _candidate_cameras()
     if not candidates:
         return cameras

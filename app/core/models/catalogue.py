@@ -10,6 +10,7 @@ import math
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torchvision
@@ -110,7 +111,7 @@ def check_model_name(name: str) -> None:
 _check_name = check_model_name
 
 
-def default_weights_file(name: str) -> Path | None:
+def default_weights_file(name: str) -> Path:
     """Where torchvision keeps the model's default pretrained weights in the torch hub cache."""
     weights = torchvision.models.get_model_weights(name).DEFAULT
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
@@ -240,7 +241,7 @@ def _timm_cached_weights(arch: str) -> Path | None:
     """
     import timm
 
-    cfg = timm.models.get_pretrained_cfg(arch)  # the default tag's config, or None
+    cfg: Any = timm.models.get_pretrained_cfg(arch)  # the default tag's config, or None
     if cfg is None:
         return None
     cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)

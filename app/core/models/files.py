@@ -23,6 +23,7 @@ import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -266,7 +267,7 @@ def unwrap_module(module: nn.Module) -> tuple[nn.Module, list[str]]:
     notes: list[str] = []
     for _ in range(16):
         if type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module):
-            module = module._orig_mod
+            module = cast(nn.Module, module._orig_mod)  # checked just above
             notes.append("torch.compile")
         elif isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             notes.append(type(module).__name__)

@@ -183,7 +183,7 @@ class _Fetch:
             self.progress(self.done, self.total, self.done / max(now - self.start, 1e-6))
         self.check()
 
-    def bar_class(self) -> Callable[..., _Bar]:
+    def bar_class(self) -> Any:  # stands in for huggingface_hub's tqdm class
         return lambda **kwargs: _Bar(self, **kwargs)
 
 
@@ -304,7 +304,7 @@ def _download_files(repo: str, shown: str, commit: str, names: list[str], endpoi
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     storage = repo_cache(repo)
-    todo = []
+    todo: list[tuple[str, Any]] = []  # (file name, huggingface_hub's file metadata)
     for name in names:
         if (storage / "snapshots" / commit / name).is_file():
             continue
@@ -670,7 +670,7 @@ def _build(name: str, kind: str, config: Any, snapshot: Path, pretrained: bool) 
     return ImageEmbedding(model), None
 
 
-def _text_embedder(name: str, model: nn.Module, snapshot: Path) -> Callable[[str], torch.Tensor] | None:
+def _text_embedder(name: str, model: Any, snapshot: Path) -> Callable[[str], torch.Tensor] | None:
     """``embed(prompt)``: the normalised (1, D) text embedding, tokenised with the repo's own tokenizer."""
     from transformers import AutoTokenizer
 
@@ -714,7 +714,7 @@ def timm_hub_file(arch: str) -> tuple[str, str] | None:
     takes them from elsewhere (a plain URL)."""
     import timm
 
-    cfg = timm.models.get_pretrained_cfg(arch)
+    cfg: Any = timm.models.get_pretrained_cfg(arch)
     if cfg is None:
         return None
     cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)

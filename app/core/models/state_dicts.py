@@ -13,6 +13,7 @@ import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 import torch
 from torch import nn
@@ -196,7 +197,7 @@ def pickled_globals(path: Path) -> list[str] | None:
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
 
 
-def _scan_pickles(stream: io.IOBase, count: int) -> list[str] | None:
+def _scan_pickles(stream: IO[bytes], count: int) -> list[str] | None:
     names: list[str] = []
     for index in range(count):
         try:
@@ -219,13 +220,13 @@ def _scan_pickles(stream: io.IOBase, count: int) -> list[str] | None:
             elif name == "STACK_GLOBAL" and len(strings) >= 2:
                 names.append(f"{strings[-2]}.{strings[-1]}")
             elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[int(arg)] = last
+                memo[int(arg or 0)] = last
                 pushed = last
             elif name == "MEMOIZE":
                 memo[len(memo)] = last
                 pushed = last
             elif name in ("GET", "BINGET", "LONG_BINGET"):
-                pushed = memo.get(int(arg))
+                pushed = memo.get(int(arg or 0))
                 if pushed is not None:
                     strings.append(pushed)
             last = pushed

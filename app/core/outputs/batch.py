@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -176,7 +176,7 @@ Read = TypeVar("Read")
 
 def read_ahead(
     items: Iterable[Item], read: Callable[[Item], Read], depth: int = READ_AHEAD, name: str = "hookscope-read"
-) -> Iterator[tuple[Item, Future[Read]]]:
+) -> Generator[tuple[Item, Future[Read]], None, None]:
     """``(item, future of read(item))`` in order, with ``depth`` reads running ahead in one thread while the caller
     works on the current one. A read's error comes out of its future, so the caller decides what it skips. Use it
     inside ``contextlib.closing`` (or ``close()`` it): stopping early then cancels the reads not started and waits

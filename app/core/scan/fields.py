@@ -185,7 +185,7 @@ def receptive_fields(model: nn.Module, paths: list[str] | tuple[str, ...], size:
     finally:
         model.train(training)
     modules = dict(model.named_modules())
-    values: dict[fx.Node, Field | str] = {}  # a node's field, or why it has none
+    values: dict[fx.Node, Field | str | None] = {}  # a node's field, or why it has none (None: not a tensor)
     first_input = True
     for node in graph.nodes:
         try:
@@ -283,7 +283,8 @@ def _module_field(module: nn.Module, field: Field, path: str) -> Field:
             raise NotAnalytic(f"{path} pads by {module.padding_mode}")
         dilation = _pair(getattr(module, "dilation", 1))
         ceil = bool(getattr(module, "ceil_mode", False))
-        padding = module.padding
+        padding: Any = module.padding
+        out: tuple[int, ...]
         if padding == "same":
             padding = tuple(d * (k - 1) // 2 for d, k in zip(dilation, kernel))
             out = (height, width)
@@ -295,8 +296,8 @@ def _module_field(module: nn.Module, field: Field, path: str) -> Field:
         cols = _window(field.cols, out[1], kernel[1], stride[1], padding[1], dilation[1])
         return Field(rows, cols)
     if isinstance(module, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)):
-        out = module.output_size
-        out = (out, out) if isinstance(out, int) else out
-        out = tuple(n if o is None else int(o) for o, n in zip(out, (height, width)))
-        return Field(_bins(field.rows, out[0]), _bins(field.cols, out[1]))
+        asked: Any = module.output_size  # an int, or a pair where None keeps the input size
+        pair = (asked, asked) if isinstance(asked, int) else asked
+        bins = tuple(n if o is None else int(o) for o, n in zip(pair, (height, width)))
+        return Field(_bins(field.rows, bins[0]), _bins(field.cols, bins[1]))
     raise NotAnalytic(f"{path} ({type(module).__name__}) is not one the field is carried through")

@@ -14,6 +14,7 @@ Nothing here prints; progress comes back to ``run_scan``'s callback as the rows 
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import sys
@@ -107,7 +108,9 @@ class RayScan:
                 os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
             try:
                 with _no_stderr(quiet):  # the C++ core says so on stderr as it starts, whatever the level
-                    ray.init(address=address, logging_level="ERROR" if quiet else "INFO", log_to_driver=not quiet)
+                    ray.init(
+                        address=address, logging_level=logging.ERROR if quiet else logging.INFO, log_to_driver=not quiet
+                    )
             except Exception as error:  # a wrong address, a cluster that does not answer
                 raise HookscopeError(f"Cannot connect to Ray{f' at {address}' if address else ''}: "
                                      f"{_first_line(error)}") from error  # fmt: skip
@@ -138,7 +141,7 @@ class RayScan:
         with _ordered_quiet_data(self.quiet):
             items = [{"number": n, "work": pickle.dumps(work)} for n, work in rows]
             # one block per row, so that every actor of the pool gets work (by default a few rows make one block)
-            dataset = ray.data.from_items(items, override_num_blocks=len(items))
+            dataset: Any = ray.data.from_items(items, override_num_blocks=len(items))
             dataset = dataset.map_batches(
                 ScanActor,
                 fn_constructor_kwargs={"source": self.source, "settings": self.settings, "paths": self.paths,

@@ -89,7 +89,7 @@ def write_page(result: ScanResult, out_dir: str | Path, progress: Callable[[int,
             else:
                 target = thumbs / f"{index:06d}.jpg"
                 small = picture.copy()
-                small.thumbnail((THUMB, THUMB), Image.BILINEAR)
+                small.thumbnail((THUMB, THUMB), Image.Resampling.BILINEAR)
                 try:
                     small.save(target, quality=85)
                 except OSError as error:

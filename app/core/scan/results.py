@@ -239,7 +239,8 @@ class ScanResult:
                 definition = entry.get("boxes", GRADIENT if settings.boxes else None)  # before: always the gradient
                 if definition is not None and definition not in BOX_DEFINITIONS:
                     raise ValueError(f"'{path}' has boxes of unknown definition {definition!r}")
-                modules[path] = ModuleScan(path, layout, top, *stats, boxes=definition)
+                mean, std, active = stats
+                modules[path] = ModuleScan(path, layout, top, mean, std, active, boxes=definition)
             skipped = [(_index(s["image"], len(images)), str(s["reason"])) for s in extra.get("skipped", [])]
             return cls(
                 model=data.get("model", {}), images=images, root=str(extra.get("root", "")),
@@ -369,7 +370,7 @@ class PatchReader:
             part = picture.crop(box) if box is not None else picture
             scale = size / max(part.width, part.height)
             fitted = part.resize((max(1, round(part.width * scale)), max(1, round(part.height * scale))),
-                                 Image.BILINEAR)  # fmt: skip
+                                 Image.Resampling.BILINEAR)  # fmt: skip
             tile.paste(fitted, ((size - fitted.width) // 2, (size - fitted.height) // 2))
         return np.asarray(tile)
 
@@ -398,7 +399,9 @@ class PatchReader:
 LABEL_HEIGHT = 28  # two lines under each patch: its score, its image's file name
 
 
-def fit_text(text: str, draw: ImageDraw.ImageDraw, font: ImageFont.ImageFont, width: int) -> str:
+def fit_text(
+    text: str, draw: ImageDraw.ImageDraw, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, width: int
+) -> str:
     """``text`` as it fits in ``width`` pixels: whole, or its start and end around an ellipsis (the extension
     stays)."""
     if draw.textlength(text, font=font) <= width:

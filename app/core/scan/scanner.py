@@ -847,7 +847,9 @@ def _field_boxes(paths: Sequence[Path], preprocess: Preprocess, units: Sequence[
         field, size = fields[path], sizes[image]
         y, x = divmod(position, max(1, len(field.cols))) if not field.whole else (0, 0)
         box = field.box(y, x) if size is not None else None
-        boxes[(path, channel, image)] = original_box(box, size, preprocess) if box is not None else None
+        boxes[(path, channel, image)] = (
+            original_box(box, size, preprocess) if box is not None and size is not None else None
+        )
     return boxes
 
 
@@ -958,10 +960,10 @@ def run_scan(
                 work = backend.boxes(chunks, 0)
                 try:
                     while not stopped():
-                        item = next(work, None)
-                        if item is None:
+                        chunk = next(work, None)
+                        if chunk is None:
                             break
-                        state.boxes.extend(item[1])
+                        state.boxes.extend(chunk[1])
                         tell("boxes", done_fields + len(state.boxes), len(units))
                         save()
                 finally:
