@@ -198,7 +198,8 @@ def test_readme_keeps_the_two_commands_ci_runs():
     ) in commands
     assert (
         "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.14.1 torchvision==0.29.1 && "
-        "pip install -e '.[test]' && lint-imports && python -m pytest"
+        "pip install -e '.[test]' && lint-imports && ruff check app tests && ruff format --check app tests && mypy && "
+        "python -m pytest"
     ) in commands
     assert len(README.read_text().splitlines()) <= 160  # a first visit's README, not the manual
 
