@@ -1,5 +1,5 @@
-"""``hookscope live`` (a video file or a camera through the hooked model, measured) and ``hookscope export --video``
-(the captures of a range of a video's frames). Kept apart from ``app.cli``, which registers both.
+"""``hookscope live``: a video file or a camera through the hooked model, frame after frame, measured against the model
+alone (``app.core.live``). ``export --video`` (the captures of a range of a file's frames) is in ``app.cli.export``.
 
 Errors a user can cause are one line and exit 2, as everywhere in the command line; Ctrl-C and SIGTERM stop a live
 run with one line, after saying what it processed.
@@ -10,19 +10,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
+from app.cli.common import (
+    add_model_file_options,
+    add_model_options,
+    comma_list,
+    kinds_argument,
+    load_for_cli,
+    positive_int,
+    register_for_cli,
+    target_argument,
+)
 from app.core.common.errors import HookscopeError
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def _not_negative(text: str) -> int:
@@ -35,41 +34,26 @@ def _not_negative(text: str) -> int:
     return value
 
 
-def frame_range(text: str) -> tuple[int, int | None]:
-    """``A:B`` (frames A to B-1, counted from 0, as a Python slice), ``A:`` (A to the end) or ``N`` (frame N)."""
-    start_text, colon, stop_text = text.partition(":")
-    try:
-        start = int(start_text) if start_text.strip() else 0
-        stop = (int(stop_text) if stop_text.strip() else None) if colon else start + 1
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"frames are A:B (from A up to, not including, B), A: or N; not '{text}'"
-        ) from None
-    if start < 0 or (stop is not None and stop <= start):
-        raise argparse.ArgumentTypeError(f"frames A:B need 0 <= A < B; not '{text}'")
-    return start, stop
-
-
 def build_live_parser() -> argparse.ArgumentParser:
-    from app.cli import _add_model_file_options, _add_model_options, _kinds, _target
-
     parser = argparse.ArgumentParser(
         prog="hookscope live",
         description="Run a video file (or a camera) through the hooked model frame after frame, the newest frame "
         "winning when the model is slower than the source, and print the processed frames per second next to the "
         "model's own forward+backward rate, measured in the same run.",
     )
-    _add_model_options(parser)
-    _add_model_file_options(parser)
+    add_model_options(parser)
+    add_model_file_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--video", metavar="FILE", help="a video file (mp4, avi, mkv, webm, mov, ...)")
     source.add_argument("--camera", type=_not_negative, metavar="N", help="camera number N (see --list-cameras)")
     source.add_argument("--list-cameras", action="store_true", help="list the cameras found and exit")
     parser.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
-    parser.add_argument("--hooks", type=_kinds, default=["forward", "backward"],
+    parser.add_argument("--hooks", type=kinds_argument, default=["forward", "backward"],
                         help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)")  # fmt: skip
-    parser.add_argument("--target", type=_target, default="top1", help="'top1' or a class index for the gradient")
-    parser.add_argument("--frames", type=_positive, default=100, metavar="N",
+    parser.add_argument(
+        "--target", type=target_argument, default="top1", help="'top1' or a class index for the gradient"
+    )
+    parser.add_argument("--frames", type=positive_int, default=100, metavar="N",
                         help="frames to run through the hooks, or fewer when the file ends first (default: 100)")  # fmt: skip
     parser.add_argument(
         "--unpaced", action="store_true",
@@ -77,7 +61,7 @@ def build_live_parser() -> argparse.ArgumentParser:
         "(as a camera gives them, the newest winning)",
     )  # fmt: skip
     parser.add_argument("--loop", action="store_true", help="play the file again from the start when it ends")
-    parser.add_argument("--bare-runs", type=_positive, default=5, metavar="K",
+    parser.add_argument("--bare-runs", type=positive_int, default=5, metavar="K",
                         help="runs of the model alone before and after the hooked frames (default: 5)")  # fmt: skip
     parser.add_argument(
         "--record", metavar="OUT.mp4",
@@ -95,12 +79,12 @@ def build_live_parser() -> argparse.ArgumentParser:
 
 def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
     """--record's module and hook kind (activations when they are hooked, else the first kind)."""
-    from app.cli import _csv
-
-    layer = args.record_layer or (_csv(args.layers)[0] if args.layers != "all" and _csv(args.layers) else None)
+    layer = args.record_layer or (
+        comma_list(args.layers)[0] if args.layers != "all" and comma_list(args.layers) else None
+    )
     if layer is None:
         raise HookscopeError("--record with --layers all needs --record-layer PATH: the module whose panel to show.")
-    if args.layers != "all" and layer not in _csv(args.layers):
+    if args.layers != "all" and layer not in comma_list(args.layers):
         raise HookscopeError(f"--record-layer {layer} is not one of --layers; hook it too.")
     if args.record_cam:
         from app.core.engine.hooks import OUTPUT_GRADIENT_KINDS
@@ -115,7 +99,6 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
 
 def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
-    from app.cli import load_for_cli, register_for_cli
     from app.core.engine.devices import resolve_device
     from app.core.live.runner import SeenView, live_run, seen_picture
     from app.core.live.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
@@ -151,6 +134,7 @@ def run_live(args: argparse.Namespace) -> int:
     source = open_video(args.video) if args.video else open_camera(args.camera)
 
     def record(frame, result) -> None:
+        assert recorder is not None  # only called with --record
         recorder.add(frame.index, seen_picture(loaded, result, *panel))
 
     try:
@@ -193,62 +177,4 @@ def run_live(args: argparse.Namespace) -> int:
         print(
             f"hookscope: the source ended after {report.frames} of the {args.frames} frames asked for", file=sys.stderr
         )
-    return 0
-
-
-def run_export_video(args: argparse.Namespace) -> int:
-    """export --video FILE --frames A:B: one folder per frame (OUT/frame-000012), as ``export --image`` writes."""
-    from app.cli import _add_edits_to_manifest, _edits, _warn_non_finite, load_for_cli, register_for_cli
-    from app.core.engine.devices import resolve_device
-    from app.core.engine.hooks import HookRegistry
-    from app.core.live.runner import frame_input
-    from app.core.live.video import open_video
-    from app.core.outputs.export import write_run
-
-    if args.frames is None:
-        raise HookscopeError("--video needs --frames A:B, the frames to write (e.g. --frames 0:10).")
-    if getattr(args, "script", None):
-        raise HookscopeError("--script goes with --image or --session (a script redoes one image's run).")
-    start, stop = args.frames
-    resolve_device(args.device)
-    source = open_video(args.video)  # a bad file fails before the model is built
-    if source.info.frame_count and start >= source.info.frame_count:
-        source.close()
-        raise HookscopeError(f"'{source.info.name}' has {source.info.frame_count} frames (0-{source.info.frame_count - 1}); "
-                             f"--frames {start}:{'' if stop is None else stop} starts after them.")  # fmt: skip
-    _edits(args)
-    loaded = load_for_cli(args)
-    out = Path(args.out)
-    last = (stop if stop is not None else (source.info.frame_count or 1_000_000)) - 1
-    width = max(6, len(str(last)))
-    written = 0
-    with source, HookRegistry(loaded.module) as registry:
-        others = register_for_cli(registry, args, loaded.preprocess)
-        source.skip_to(start)
-        while stop is None or source.frames_read < stop:
-            frame = source.read()  # raises for a truncated file, after the frames it holds were written
-            if frame is None:
-                break
-            folder = out / f"frame-{frame.index:0{width}d}"
-            from app.core.engine.capture import capture_run
-
-            result = capture_run(loaded.module, registry, frame_input(loaded, frame), device=args.device,
-                                 target=args.target, categories=loaded.categories, others=others,
-                                 baseline=bool(args.edit))  # fmt: skip
-            extra = {"video": {"file": str(args.video), "frame": frame.index, "time_s": round(frame.time_s, 6)}}
-            manifest = write_run(result, loaded, folder, image=f"{args.video}#frame={frame.index}",
-                                 kinds=tuple(args.hooks), png=not args.no_png, extra=extra)  # fmt: skip
-            _add_edits_to_manifest(folder, manifest, args, result)
-            top = result.top5[0] if result.top5 else None
-            best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
-            print(
-                f"frame {frame.index} ({frame.time_s:.3f} s): {len(result.records)} records -> {folder}  top-1: {best}"
-            )
-            _warn_non_finite(manifest)
-            written += 1
-    if not written:
-        raise HookscopeError(f"'{args.video}' has no frame in --frames {start}:{'' if stop is None else stop}.")
-    if stop is not None and start + written < stop:
-        print(f"hookscope: the video ended at frame {start + written - 1}; {written} of the {stop - start} frames "
-              f"asked for were written", file=sys.stderr)  # fmt: skip
     return 0

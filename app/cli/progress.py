@@ -265,3 +265,39 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+class DownloadBar:
+    """A one-line progress bar on stderr: bytes, percentage and speed, redrawn in place (``drawn`` once drawn);
+    a download's ``progress(done, total, rate)``."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.drawn = False
+
+    def __call__(self, done: int, total: int | None, rate: float) -> None:
+        self.drawn = True
+        if total:
+            filled = min(24, int(24 * done / total))
+            bar = f"[{'#' * filled}{'.' * (24 - filled)}] {done / total:4.0%} {done / 1e6:.1f}/{total / 1e6:.1f} MB"
+        else:
+            bar = f"{done / 1e6:.1f} MB"
+        sys.stderr.write(f"\r{self.label} {bar} {rate / 1e6:.1f} MB/s ")
+        sys.stderr.flush()
+
+
+class HubDownloadBar(DownloadBar):
+    """The progress bar of a download from the Hugging Face Hub, announced by one line when bytes start to come
+    (not before: the Hub may answer that the name does not exist, or be unreachable with the files cached)."""
+
+    def __init__(self, label: str) -> None:
+        from app.core.models import hub as hub_models
+
+        super().__init__(label)
+        self._hub = hub_models
+
+    def __call__(self, done: int, total: int | None, rate: float) -> None:
+        if not self.drawn:
+            print(f"hookscope: downloading {self.label} from {self._hub.hub_endpoint()} into {self._hub.hub_cache()}",
+                  file=sys.stderr)  # fmt: skip
+        super().__call__(done, total, rate)

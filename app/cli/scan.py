@@ -1,5 +1,5 @@
 """``hookscope scan``: what excites each channel, over a folder of images (``app.core.scan.scanner``), on this machine or on
-a Ray cluster (``--ray``). Kept apart from ``app.cli`` (which registers it) because it is a command of its own size.
+a Ray cluster (``--ray``).
 
 Progress, with the time left, is one line redrawn on a terminal and plain lines otherwise, on stderr; Ctrl-C (exit
 130) or SIGTERM (exit 143) stops at the next batch, writes the checkpoint and says how to go on (``--resume``) in one
@@ -15,25 +15,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from app.cli.common import (
+    add_model_file_options,
+    add_model_options,
+    load_for_cli,
+    model_source,
+    positive_int,
+    select_layers,
+)
+from app.cli.progress import ProgressLine
 from app.core.common.errors import HookscopeError
 
 DEFAULT_BATCH = 32
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def build_scan_parser() -> argparse.ArgumentParser:
-    from app.cli import _add_model_file_options, _add_model_options
-
     parser = argparse.ArgumentParser(
         prog="hookscope scan",
         description="What excites each channel: over every image in a folder, the top images per channel of each "
@@ -42,18 +40,18 @@ def build_scan_parser() -> argparse.ArgumentParser:
         "reaches), and each channel's statistics over the whole set. Writes OUT/scan.json (and with --png one strip "
         "of top patches per channel).",
     )
-    _add_model_options(parser, default_weights="default")
-    _add_model_file_options(parser)
+    add_model_options(parser, default_weights="default")
+    add_model_file_options(parser)
     parser.add_argument("--images", required=True, metavar="DIR", help="the folder of images")
     parser.add_argument("--recursive", action="store_true", help="look in subfolders too")
     parser.add_argument("--layers", required=True, metavar="PATHS", help="module paths separated by commas, or 'all'")
-    parser.add_argument("--top", type=_positive, default=9, metavar="K", help="top images per channel (default: 9)")
+    parser.add_argument("--top", type=positive_int, default=9, metavar="K", help="top images per channel (default: 9)")
     parser.add_argument("--by", choices=("max", "mean"), default="max",
                         help="rank images by the channel's maximum (default) or its mean over positions")  # fmt: skip
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (scan.json, png/)")
     parser.add_argument(
         "--batch-size",
-        type=_positive,
+        type=positive_int,
         default=None,
         metavar="N",
         help=f"images per forward pass (default: {DEFAULT_BATCH}, or the most that fit in memory when fewer do: a "
@@ -79,7 +77,11 @@ def build_scan_parser() -> argparse.ArgumentParser:
                         help="run on Ray: a local Ray, the cluster RAY_ADDRESS names, or ADDRESS ('auto', "
                         "'ray://head:10001'); needs pip install 'hookscope[ray]'")  # fmt: skip
     parser.add_argument(
-        "--ray-actors", type=_positive, default=2, metavar="N", help="with --ray: actors holding the model (default: 2)"
+        "--ray-actors",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="with --ray: actors holding the model (default: 2)",
     )
     parser.add_argument(
         "--ray-gpus", type=float, default=0.0, metavar="G", help="with --ray: GPUs per actor (default: 0)"
@@ -134,21 +136,21 @@ UNITS = {"scan": "images", "boxes": "top-k entries", "PNG strips": "strips", "pa
 
 class _Progress:
     """The scan's progress on stderr, every phase (the scan, the boxes, the strips, the page), each with its rate and
-    the time left: ``app.cli_progress.ProgressLine``, one line redrawn on a terminal, plain lines elsewhere."""
+    the time left: ``app.cli.progress.ProgressLine``, one line redrawn on a terminal, plain lines elsewhere."""
 
     def __init__(self, stream=None, report_every: float | None = None, plain_every: float | None = None) -> None:
         self.stream = stream
-        self.every = {k: v for k, v in (("tty_every_s", report_every), ("plain_every_s", plain_every)) if v is not None}
+        self.every: dict[str, Any] = {
+            k: v for k, v in (("tty_every_s", report_every), ("plain_every_s", plain_every)) if v is not None
+        }
         self._phase: str | None = None
-        self._line = None
+        self._line: ProgressLine | None = None
 
     @property
     def drawn(self) -> bool:
         return self._line is not None and bool(self._line._drawn)
 
     def __call__(self, progress) -> None:
-        from app.cli_progress import ProgressLine
-
         if progress.phase != self._phase:
             if self._line is not None:
                 self._line.close()
@@ -156,6 +158,7 @@ class _Progress:
             self._line = ProgressLine(progress.phase, UNITS.get(progress.phase, "done"), stream=self.stream,
                                       **self.every)  # fmt: skip
         what = f"{progress.skipped} skipped" if progress.phase == "scan" and progress.skipped else ""
+        assert self._line is not None  # made above, at the first progress of a phase
         self._line.update(progress.done, progress.total, what)
 
     def end_line(self) -> None:
@@ -188,12 +191,11 @@ def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
 
 
 def run_scan_command(args: argparse.Namespace) -> int:
-    from app.cli import _select_layers, load_for_cli, model_source
     from app.core.engine.devices import resolve_device
     from app.core.outputs.batch import find_images
     from app.core.scan.page import write_page
     from app.core.scan.results import write_strips
-    from app.core.scan.scanner import CHECKPOINT_FILE, LocalScan, ScanSettings, run_scan, write_scan
+    from app.core.scan.scanner import CHECKPOINT_FILE, LocalScan, ScanBackend, ScanSettings, run_scan, write_scan
     from app.system.termination import SIGTERM_EXIT, Terminated
 
     if args.size < 0:
@@ -209,12 +211,13 @@ def run_scan_command(args: argparse.Namespace) -> int:
     loaded = load_for_cli(args)
     if args.size:
         loaded.preprocess = replace(loaded.preprocess, crop=args.size, resize=args.size * 256 // 224)
-    modules = _select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
+    modules = select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
     settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size or DEFAULT_BATCH,
                             boxes=not args.no_boxes, exact_boxes=args.exact_boxes)  # fmt: skip
     if args.batch_size is None:  # not asked for: the default, or fewer where a batch of it would not fit
         settings = replace(settings, batch_size=_default_batch(loaded, settings, len(images), device))
     _refuse_what_cannot_fit(loaded, settings, len(images), device)
+    backend: ScanBackend
     if args.ray is not None:
         from app.core.scan.on_ray import RayScan
 
@@ -296,16 +299,3 @@ def _counter(show: _Progress, what: str):
     from app.core.scan.scanner import ScanProgress
 
     return lambda done, total: show(ScanProgress(what, done, total, 0, 0, 0.0))
-
-
-def run_bench_scan(args: argparse.Namespace) -> int:
-    """bench --scan: the scan's throughput against bare batched inference over the same files, in one process."""
-    from app.core.bench.scan import report, scan_benchmark
-
-    layers: int | list[str] = 4 if args.layers is None else [p.strip() for p in args.layers.split(",") if p.strip()]
-    result = scan_benchmark(args.images, layers, model=args.model, batch_size=args.batch_size,
-                            size=args.size,
-                            note=lambda text: print(f"hookscope: {text}", file=sys.stderr))  # fmt: skip
-    for line in report(result):
-        print(line)
-    return 0

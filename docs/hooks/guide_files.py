@@ -1,7 +1,7 @@
 """MkDocs hook: the two parts of the guide that are not written by hand.
 
 - ``reference/cli.md``: the command-line reference, rendered from the very argparse parsers that ``hookscope``
-  parses its arguments with (``app.cli`` and ``app.cli_scan``), so ``--help`` and the guide cannot drift.
+  parses its arguments with (the ``app.cli`` package), so ``--help`` and the guide cannot drift.
 - ``screenshots/*``: the pictures (and clips) in ``resources/screenshots/``, which the README shows too: not copied.
 
 ``tests/core/test_docs.py`` loads this file to check that every subcommand and option is in the reference.
@@ -21,15 +21,13 @@ SCREENSHOT_TYPES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
     """``{"": the window's parser, "export": ..., ...}``: every parser ``hookscope`` dispatches to."""
-    from app import cli
-    from app.cli_live import build_live_parser
-    from app.cli_scan import build_scan_parser
+    from app.cli import bench, dispatch, download, export, live, scan, teach
 
-    gui, export, bench, download = cli.build_parsers()
-    parsers = {"": gui, "export": export, "bench": bench, "download": download,
-               "visualize": cli.build_visualize_parser(), "lessons": cli.build_lessons_parser(),
-               "scan": build_scan_parser(), "live": build_live_parser()}  # fmt: skip
-    missing = set(cli.SUBCOMMANDS) - set(parsers)
+    parsers = {"": dispatch.build_window_parser(), "export": export.build_export_parser(),
+               "bench": bench.build_bench_parser(), "download": download.build_download_parser(),
+               "visualize": teach.build_visualize_parser(), "lessons": teach.build_lessons_parser(),
+               "scan": scan.build_scan_parser(), "live": live.build_live_parser()}  # fmt: skip
+    missing = set(dispatch.SUBCOMMANDS) - set(parsers)
     if missing:  # a subcommand added to the CLI must be added here, or the reference would silently lack it
         raise RuntimeError(f"docs/hooks/guide_files.py does not know the subcommand(s) {sorted(missing)}")
     return parsers

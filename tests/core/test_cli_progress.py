@@ -21,9 +21,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.cli import DEFAULT_WEIGHTS, SUBCOMMANDS, build_lessons_parser, build_parsers, build_visualize_parser, main
-from app.cli_progress import ProgressLine, end_progress_lines, format_duration
-from app.cli_scan import build_scan_parser
+from app.cli import main
+from app.cli.common import DEFAULT_WEIGHTS
+from app.cli.dispatch import SUBCOMMANDS, build_parsers
+from app.cli.progress import ProgressLine, end_progress_lines, format_duration
+from app.cli.scan import build_scan_parser
+from app.cli.teach import build_lessons_parser, build_visualize_parser
 from app.core.teaching.lessons import LESSONS
 
 ROOT = Path(__file__).resolve().parents[2]

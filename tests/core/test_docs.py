@@ -118,7 +118,7 @@ def _inline_commands(paths: list[Path]) -> list[tuple[str, list[str]]]:
 
 
 def test_the_reference_knows_every_subcommand_the_cli_dispatches_to():
-    from app.cli import SUBCOMMANDS
+    from app.cli.dispatch import SUBCOMMANDS
 
     assert set(guide.command_parsers()) == {"", *SUBCOMMANDS}
 
@@ -163,25 +163,25 @@ def test_the_reference_is_the_help_text_itself():
 
 
 def test_a_new_option_appears_in_the_reference_without_editing_the_docs(monkeypatch):
-    import app.cli
+    import app.cli.teach
 
-    real = app.cli.build_lessons_parser
+    real = app.cli.teach.build_lessons_parser
 
     def with_one_more() -> argparse.ArgumentParser:
         parser = real()
         parser.add_argument("--brand-new-option", metavar="X", help="an option nobody documented by hand")
         return parser
 
-    monkeypatch.setattr(app.cli, "build_lessons_parser", with_one_more)
+    monkeypatch.setattr(app.cli.teach, "build_lessons_parser", with_one_more)
     page = guide.render_reference()
     assert "| `--brand-new-option X` |" in page
     assert "an option nobody documented by hand" in page
 
 
 def test_a_subcommand_the_reference_does_not_know_stops_the_build(monkeypatch):
-    import app.cli
+    import app.cli.dispatch
 
-    monkeypatch.setattr(app.cli, "SUBCOMMANDS", (*app.cli.SUBCOMMANDS, "brand-new"))
+    monkeypatch.setattr(app.cli.dispatch, "SUBCOMMANDS", (*app.cli.dispatch.SUBCOMMANDS, "brand-new"))
     with pytest.raises(RuntimeError, match="brand-new"):
         guide.command_parsers()
 
@@ -325,7 +325,7 @@ def test_a_broken_link_or_a_missing_image_fails_the_strict_build(tmp_path):
 
 def test_the_windows_help_names_every_subcommand():
     """``hookscope --help`` is where a newcomer at a terminal starts: it lists every subcommand."""
-    from app.cli import SUBCOMMANDS
+    from app.cli.dispatch import SUBCOMMANDS
 
     text = guide.command_parsers()[""].format_help()
     for name in SUBCOMMANDS:

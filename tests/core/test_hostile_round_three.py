@@ -24,7 +24,8 @@ import pytest
 from cli_output import message_lines
 from PIL import Image
 
-from app.cli import load_for_cli, main
+from app.cli import main
+from app.cli.common import load_for_cli
 from app.core.outputs.batch import find_images
 from app.core.scan.scanner import CHECKPOINT_FILE, ScanSettings, scan_images
 

@@ -141,7 +141,7 @@ def test_cli_html_and_png_with_plain_progress_lines(tmp_path):
 
 
 def test_progress_on_a_terminal_is_one_line_with_the_time_left():
-    from app.cli_scan import _Progress
+    from app.cli.scan import _Progress
     from app.core.scan.scanner import ScanProgress
 
     class Terminal:

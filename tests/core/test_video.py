@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from video_files import frame_number, truncate, write_video
 
-from app.cli_live import frame_range
+from app.cli.export import frame_range
 from app.core.live.video import LatestFrame, VideoError, list_cameras, no_camera_line, open_camera, open_video
 
 NO_CAMERA = sys.platform.startswith("linux") and not glob.glob("/dev/video[0-9]*")

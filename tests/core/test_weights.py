@@ -15,7 +15,9 @@ import torch
 import torchvision
 from loopback import files_in, serving
 
-from app.cli import build_parsers, load_for_cli, main
+from app.cli import main
+from app.cli.common import load_for_cli
+from app.cli.dispatch import build_parsers
 from app.core.common.errors import ModelError
 from app.core.models.catalogue import default_weights_file, load_model
 from app.core.models.weights import (

@@ -14,7 +14,7 @@ from PySide6.QtCore import QCoreApplication
 from PySide6.QtWidgets import QApplication, QPushButton
 
 import app.ui.app as app_module
-from app.cli import build_parsers
+from app.cli.dispatch import build_parsers
 from app.system.desktop_entry import ENTRY_NAME, read_exec
 from app.system.startup import data_folder
 from app.ui.dialogs.about import show_about
