@@ -17,6 +17,7 @@ from functools import cache
 
 import numpy as np
 
+from app.core.common.resources import colormap_lut
 from app.core.engine.capture import RunResult
 from app.core.engine.hooks import GRADIENT_KINDS
 from app.core.pictures.compare import as_array, pair_records
@@ -100,6 +101,17 @@ def _compared(picture: PanelPicture, view: str, diff_order: np.ndarray | None) -
     if picture.settings.sort == DIFF_SORT and diff_order is not None:
         fields["arrangement"] = arrange_view(picture.channels, picture.settings, view, diff_order)
     return ComparedPicture(**fields, view=view, diff_order=diff_order)
+
+
+def view_of(picture: PanelPicture) -> str:
+    """Which view a picture is: "A" (every picture without image B), "B" or "diff" (A − B)."""
+    return picture.view if isinstance(picture, ComparedPicture) else "A"
+
+
+def picture_lut(picture: PanelPicture) -> np.ndarray:
+    """The (256, 3) uint8 lookup table a panel draws ``picture``'s mosaic through: the diverging one for A − B (its
+    signed values, zero at 128), the picture's colormap otherwise."""
+    return diverging_lut() if view_of(picture) == "diff" else colormap_lut(picture.settings.colormap)
 
 
 def difference_channels(a: ChannelData, b: ChannelData) -> ChannelData:

@@ -77,7 +77,8 @@ def run_grad_cam(result: RunResult, path: str, call: int = 0) -> np.ndarray:
             f"Grad-CAM of {path} needs its activations and its gradient: tick both and run again.", module_path=path
         )
     try:
-        return grad_cam(activation.tensor, gradient.tensor, tuple(result.input.shape[-2:]))
+        height, width = result.input.shape[-2:]
+        return grad_cam(activation.tensor, gradient.tensor, (int(height), int(width)))
     except HookscopeError as error:
         error.module_path = path
         raise

@@ -139,8 +139,8 @@ def channel_ranges(maps: torch.Tensor) -> Ranges:
         both = torch.stack(torch.aminmax(flat, dim=1))
     else:  # two passes, but vectorised: torch 2.14's CPU aminmax is about 6x slower than amin and amax apart
         both = torch.stack((flat.amin(dim=1), flat.amax(dim=1)))
-    both = both.cpu().numpy()  # one transfer
-    return both[0], both[1]
+    ranges = both.cpu().numpy()  # one transfer
+    return ranges[0], ranges[1]
 
 
 def draw_mosaic(
@@ -209,6 +209,12 @@ def signed_mosaic(
     )
     work.add_(128.5).clamp_(1, 255)
     return _placed(work, layout), layout
+
+
+def signed_channel(channels: DisplayChannels, channel: int, scaling: str) -> np.ndarray:
+    """One channel of signed maps at full size, as ``signed_mosaic`` draws its tile (zero at 128, values 1..255;
+    ``scaling`` "shared": the range of all channels): the A − B view's channel export, the same bytes as the panel."""
+    return signed_mosaic(channels, scaling, order=np.array([channel]))[0]
 
 
 def _sampled(

@@ -138,10 +138,6 @@ class PanelPicture:
         return replace(self, settings=settings, arrangement=arrange(self.channels, settings, self.dataset_order))
 
 
-def shape_text(shape: Iterable[int]) -> str:
-    return "×".join(str(int(n)) for n in shape)
-
-
 def arrange(channels: DisplayChannels, settings: PanelSettings, dataset_order: np.ndarray | None = None) -> Arrangement:
     """Order channels as ``settings.sort`` asks; maps get their tile layout and scaling ranges (the mosaic is drawn
     later, at the size it is shown), vectors their values in that order. ``dataset_order``: the "dataset" sort's
@@ -224,17 +220,3 @@ def prepare_pictures(
         )
         for record in records
     ]
-
-
-def channel_statistics(values: np.ndarray) -> dict[str, float]:
-    """Statistics of one channel for the channel view (computed on demand: one channel is cheap)."""
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
-    if flat.size == 0:
-        return {"min": 0.0, "max": 0.0, "mean": 0.0, "std": 0.0, "zeros": 0.0}
-    return {
-        "min": float(flat.min()),
-        "max": float(flat.max()),
-        "mean": float(flat.mean()),
-        "std": float(flat.std()),
-        "zeros": float(np.count_nonzero(flat == 0) / flat.size),
-    }

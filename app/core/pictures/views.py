@@ -8,6 +8,7 @@ path (``app.core.pictures.display``) and the exports shape a record the same way
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,9 @@ class ChannelData:
         return f"{type(self).__name__}({self.kind!r}, {self.shape}, {self.note!r})"
 
 
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "x".join(str(n) for n in shape)
+def shape_text(shape: Iterable[int], times: str = "×") -> str:
+    """A shape as words: "64×56×56" for the window's labels; the notes of ``shaped`` write it "64x56x56"."""
+    return times.join(str(int(n)) for n in shape)
 
 
 def _perfect_square_side(n: int) -> int | None:
@@ -87,7 +89,7 @@ def shaped(data: Any) -> tuple[str, Any, list[str]]:
         if grid is not None:
             notes.append(grid[1])
             return "maps", grid[0], notes
-        notes.append(f"{_shape_text(tuple(data.shape))} output shown as one map")
+        notes.append(f"{shape_text(data.shape, times='x')} output shown as one map")
         return "maps", data[None], notes
     if data.ndim == 3:
         h, w, c = data.shape
@@ -98,7 +100,7 @@ def shaped(data: Any) -> tuple[str, Any, list[str]]:
     original = tuple(data.shape)
     data = data.reshape(-1, original[-2], original[-1])
     notes.append(
-        f"{len(original)}-D output {_shape_text(original)} -> "
+        f"{len(original)}-D output {shape_text(original, times='x')} -> "
         f"{data.shape[0]} maps of {original[-2]}x{original[-1]} (leading dims merged)"
     )
     return "maps", data, notes
@@ -348,15 +350,19 @@ def scaling_factors(ranges: tuple[np.ndarray, np.ndarray], scaling: str) -> tupl
     return lo.astype(np.float32, copy=False), scale
 
 
+STATS_KEYS = ("mean", "max", "min", "std", "zero_fraction")
+
+
 def channel_stats(maps: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-channel mean, max, min, std and fraction of exact zeros: for sorting and for the channel table."""
+    """Per-channel mean, max, min, std and fraction of exact zeros (``STATS_KEYS``), in float64: the statistics
+    export's columns, and the channel view's figures (of one channel: ``maps[np.newaxis]``)."""
     values = np.asarray(maps)
     if values.ndim == 0:
         values = values.reshape(1)
     flat = values.reshape(values.shape[0], -1).astype(np.float64, copy=False)
     if flat.shape[1] == 0:
         empty = np.zeros(flat.shape[0], dtype=np.float64)
-        return {key: empty.copy() for key in ("mean", "max", "min", "std", "zero_fraction")}
+        return {key: empty.copy() for key in STATS_KEYS}
     return {
         "mean": flat.mean(axis=1),
         "max": flat.max(axis=1),

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QSl
 from superqt import QElidingLabel
 
 from app.core.common.resources import colormap_lut
-from app.core.pictures.panels import KIND_LABELS, PanelPicture, channel_statistics, shape_text
+from app.core.pictures.panels import KIND_LABELS, PanelPicture
+from app.core.pictures.views import channel_stats, shape_text
 
 
 def colormap_of(name: str) -> pg.ColorMap:
@@ -120,7 +121,7 @@ class ChannelView(QWidget):
             return
         self.picture, self.channel, self._input = picture, channel, input_rgb
         values = np.ascontiguousarray(picture.channels.data[channel], dtype=np.float32)
-        stats = channel_statistics(values)
+        stats = {key: float(value[0]) for key, value in channel_stats(values[np.newaxis]).items()}
         low, high = stats["min"], stats["max"]
         if not high > low:
             high = low + 1.0
@@ -147,7 +148,7 @@ class ChannelView(QWidget):
         self.stats["map size"].setText(shape_text(values.shape))
         for key in ("min", "max", "mean", "std"):
             self.stats[key].setText(f"{stats[key]:.5g}")
-        self.stats["zeros"].setText(f"{stats['zeros']:.1%}")
+        self.stats["zeros"].setText(f"{stats['zero_fraction']:.1%}")
 
     def refresh(self, pictures: list[PanelPicture], input_rgb: np.ndarray | None) -> bool:
         """After a run: show the same record and channel from the new results; False if it is gone."""

@@ -33,7 +33,8 @@ from superqt import QElidingLabel
 
 from app.core.common.resources import COLORMAPS, colormap_lut
 from app.core.engine.numeric import count_non_finite
-from app.core.pictures.panels import KIND_LABELS, VIEWS, PanelPicture, PanelSettings, shape_text
+from app.core.pictures.panels import KIND_LABELS, VIEWS, PanelPicture, PanelSettings
+from app.core.pictures.views import shape_text
 from app.ui.state.rendering import rendered_for
 from app.ui.theme import KIND_COLORS
 from app.ui.widgets.export_button import export_button
@@ -186,7 +187,7 @@ class FeatureMapPanel(QFrame):
         header.setSpacing(CONTROL_SPACING)
         header.addWidget(chip)
         header.addWidget(self._title, 1)
-        self.export_button = export_button(self)  # Export: PNG, SVG, arrays, statistics (panel_exports.py)
+        self.export_button = export_button(self)  # Export: PNG, SVG, arrays, statistics (panel_export.PANEL_EXPORTS)
         header.addWidget(self.export_button)
         header.addWidget(self.float_button)
         header.addWidget(close)
@@ -519,6 +520,7 @@ class FeatureMapPanel(QFrame):
             self._stack.addWidget(self._plot)
         color = tuple(int(c) for c in colormap_lut(self.settings.colormap)[170])
         x0 = np.arange(values.size, dtype=np.float32)
+        assert self._bars is not None  # made with the plot above
         self._bars.setOpts(x0=x0, height=values, width=0.9, brush=pg.mkBrush(color), pen=None)
         self._plot.setXRange(0, max(values.size, 1), padding=0.01)
         low, high = min(0.0, float(values.min(initial=0))), max(0.0, float(values.max(initial=0)))

@@ -22,7 +22,8 @@ from PySide6.QtGui import QBrush, QColor, QFont
 
 from app.core.engine.hooks import FALLBACK, HookRegistry
 from app.core.engine.tree import NOT_RUN_REASON, ModelSurvey, ModuleInfo
-from app.core.pictures.panels import KIND_LABELS, shape_text
+from app.core.pictures.panels import KIND_LABELS
+from app.core.pictures.views import shape_text
 from app.core.teaching.snippets import kind_hook
 
 # The tick columns in the order the panels show the kinds: what goes in, what comes out, the gradient of what comes
