@@ -267,8 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = len(window.workspace.last.result.records)
     panels = len(window.panel_area.panels)
     # The former figure, for comparison: every panel's picture prepared and painted, in view or not.
-    follows_screen = window.workspace.hidden_panels
-    window.workspace.hidden_panels = frozenset
+    space = window.workspace
+    follows_screen = space.hidden_panels
+    space.attach_view(space.view_size, frozenset)
     every = []
     for _ in range(args.runs):
         window.workspace.run_again()
@@ -278,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         every.append(
             (t["prepare_ms"] + t["apply_ms"] + paint_each_panel(window, targets)) / (t["forward_ms"] + t["backward_ms"])
         )
-    window.workspace.hidden_panels = follows_screen
+    space.attach_view(space.view_size, follows_screen)
     jump_ms, page_ms = scroll_latencies(window)
     _close(window)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
 
@@ -39,13 +39,17 @@ class DockSpec:
     scroll: bool = True  # in a scroll area: a short dock scrolls, its contents never squeeze into overlap
 
 
+@runtime_checkable
 class Host(Protocol):
-    """The window as a feature sees it."""
+    """The window as a feature sees it. Checked: the main window and the tests' fake host are instances of it
+    (``isinstance``, tests/ui/test_window_shell.py), so neither can drift from what features call."""
 
     show_dialogs: bool  # False in tests and screenshots: errors go to the status bar only
     remembers: bool  # whether recent files and folders are kept in the user's settings
 
     def add_dock(self, spec: DockSpec, widget: QWidget) -> QDockWidget: ...
+
+    def remove_dock(self, dock_id: str) -> None: ...  # a dock added for a while (a popped-out panel)
 
     def show_dock(self, dock_id: str) -> None: ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
@@ -157,8 +157,7 @@ class MainWindow(QMainWindow):
         self.panel_area.message.connect(
             lambda text, error: self.show_error(text) if error else self.statusBar().showMessage(text, 6000)
         )
-        space.view_size = self.panel_area.view_size
-        space.hidden_panels = self._hidden_panels
+        space.attach_view(self.panel_area.view_size, self._hidden_panels)
         self.panel_area.pictures_wanted.connect(space.prepare_pictures)
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -235,15 +234,13 @@ class MainWindow(QMainWindow):
         self._busy_bar_timer = QTimer(self)
         self._busy_bar_timer.setSingleShot(True)
         self._busy_bar_timer.setInterval(BUSY_BAR_DELAY_MS)
-        self._busy_bar_timer.timeout.connect(
-            lambda: self.busy_bar.setVisible(not self._closing and space.scheduler.busy)
-        )
+        self._busy_bar_timer.timeout.connect(lambda: self.busy_bar.setVisible(not self._closing and space.busy))
         space.busy_changed.connect(self._on_busy_changed)
         space.status.connect(lambda text, ms: self.statusBar().showMessage(text, ms))
         space.error.connect(self.show_error)
 
     def _on_busy_changed(self, *_: object) -> None:
-        if self._closing or not self.workspace.scheduler.busy:
+        if self._closing or not self.workspace.busy:
             self._busy_bar_timer.stop()
             self.busy_bar.setVisible(False)
         elif not self.busy_bar.isVisible() and not self._busy_bar_timer.isActive():
@@ -281,6 +278,15 @@ class MainWindow(QMainWindow):
         if hasattr(self, "menus") and spec.id not in ("modules", "input", "predictions", "channel"):
             self._add_dock_toggle(spec.id)
         return dock
+
+    def remove_dock(self, dock_id: str) -> None:
+        dock = self._docks.pop(dock_id, None)
+        if dock is None:
+            return
+        self._specs.pop(dock_id, None)
+        self.menus.remove(f"view.dock.{dock_id}")
+        self.removeDockWidget(dock)
+        dock.deleteLater()
 
     def _add_dock_toggle(self, dock_id: str) -> None:
         """Every dock can be shown again from View (closing one never loses it)."""
@@ -506,11 +512,12 @@ class MainWindow(QMainWindow):
             f"update panels (GUI) {apply_ms:.1f} ms\n{len(result.records)} records"
         )
         line = f"{outcome.image.name}: {len(result.records)} records"
-        if outcome.image.frame and not space.model_message:
+        model_message = space.take_model_message()
+        if outcome.image.frame and not model_message:
             self.run_finished.emit()
             return
-        if space.model_message:
-            line, space.model_message = f"{space.model_message} · {line}", ""
+        if model_message:
+            line = f"{model_message} · {line}"
         self.statusBar().showMessage(line, 8000)
         self.run_finished.emit()
 
@@ -765,14 +772,11 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def shutdown(self) -> None:
-        """Stop every feature's background work, cancel and wait for the worker, remove every hook."""
+        """Stop every feature's background work (the hooks they registered with ``Workspace.on_shutdown``), cancel
+        and wait a bounded time for the workers, remove every hook."""
         if self._closing:
             return
         self._closing = True
-        for feature in self.features.values():
-            stop: Callable[[], None] | None = getattr(feature, "shutdown", None)
-            if stop is not None:
-                stop()
         self.workspace.shutdown()
         if self._error_box is not None:
             self._error_box.close()

@@ -38,6 +38,12 @@ class FakeHost:
         self.docks[spec.id] = dock
         return dock
 
+    def remove_dock(self, dock_id: str) -> None:
+        dock = self.docks.pop(dock_id, None)
+        if dock is not None:
+            dock.hide()
+            dock.deleteLater()
+
     def show_dock(self, dock_id: str) -> None:
         self.docks[dock_id].setVisible(True)
 

@@ -15,12 +15,13 @@ import torch
 import torchvision
 from PySide6.QtCore import QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QWheelEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from app.core.engine.capture import capture_run
 from app.core.engine.hooks import HookRegistry
 from app.core.pictures.ab import compare_runs
 from app.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
+from app.ui.host import Host
 from app.ui.state.rendering import DIFF_LUT
 from app.ui.widgets.feature_map_panel import MIN_PANEL_WIDTH, FeatureMapPanel
 from app.ui.widgets.legend import number
@@ -64,11 +65,10 @@ def captured() -> Captured:
 
 
 def make_area(
-    qtbot, captured: Captured, width: int, height: int, pairs: set = PAIRS, host: QMainWindow | None = None
+    qtbot, captured: Captured, width: int, height: int, pairs: set = PAIRS, host: Host | None = None
 ) -> PanelArea:
     area = PanelArea(captured.tree_order.__getitem__, host=host)
-    if host is None:
-        qtbot.addWidget(area)
+    qtbot.addWidget(area)
     area.resize(width, height)
     area.show()
     qtbot.waitExposed(area)
@@ -276,9 +276,7 @@ def overlapping(widgets: list[QWidget]) -> list[tuple[str, str]]:
     ]
 
 
-def test_the_toolbar_stays_readable_at_the_least_panel_width(qtbot, captured) -> None:
-    host = QMainWindow()
-    qtbot.addWidget(host)
+def test_the_toolbar_stays_readable_at_the_least_panel_width(qtbot, captured, host) -> None:
     area = make_area(qtbot, captured, 290, 700, host=host)  # every card stacked: panels at their least width
     panel = area.panels[("grad_input", "layer1.0.conv1")]
     panel.show_views(captured.comparison_views[("grad_input", "layer1.0.conv1")])  # four drop-downs
@@ -300,9 +298,7 @@ def test_the_toolbar_stays_readable_at_the_least_panel_width(qtbot, captured) ->
     assert all(p.control_rows == 1 for p in wide.panels.values())  # one row where there is room
 
 
-def test_a_popped_out_panel_leaves_its_card_and_comes_back_to_it(qtbot, captured) -> None:
-    host = QMainWindow()
-    qtbot.addWidget(host)
+def test_a_popped_out_panel_leaves_its_card_and_comes_back_to_it(qtbot, captured, host) -> None:
     area = make_area(qtbot, captured, 1200, 800, host=host)
     panel = area.panels[("forward", "layer4.1.conv2")]
     dock = area.pop_out(panel)

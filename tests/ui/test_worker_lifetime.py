@@ -120,7 +120,7 @@ def test_overlapping_workers_leave_warnings_showwarning_alone(qtbot) -> None:
 
 def test_a_cancelled_scan_lets_go_of_its_copy_of_the_model(workspace, host, qtbot, tmp_path) -> None:
     """The scan's worker holds its work, whose closure holds the scan's copy of the model, and the scan's
-    ``_Background`` holds the worker: a cycle. Kept by the worker keeper until its count fell, it never fell, and
+    ``_Background`` (now its task) held the worker: a cycle. Kept by the worker keeper until its count fell, it never fell, and
     every scan kept a model (seen here as one more model alive per scan in a 100-iteration window loop)."""
     import gc
 
@@ -136,8 +136,12 @@ def test_a_cancelled_scan_lets_go_of_its_copy_of_the_model(workspace, host, qtbo
         Image.fromarray(pixels).save(folder / f"img{index:02d}.png")
     feature = ScanFeature(workspace, host)
     copies: list[weakref.ref] = []
-    workspace.scheduler.runner.returned.connect(
-        lambda job, outcome: copies.append(weakref.ref(outcome)) if job.label == "scan-copy" else None
+    workspace.tasks.submitted.connect(
+        lambda task: (
+            task.finished.connect(lambda outcome: copies.append(weakref.ref(outcome)))
+            if task.label == "scan-copy"
+            else None
+        )
     )
     with qtbot.waitSignal(feature.finished, timeout=60_000) as ended:
         assert feature.scan_folder(str(folder))

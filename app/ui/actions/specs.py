@@ -78,6 +78,17 @@ class MenuBuilder:
         self.actions[spec.id] = action
         self._rebuild()
 
+    def remove(self, action_id: str) -> None:
+        """Take an action out of its menu and toolbar (a popped-out panel's dock toggle, once the panel is back)."""
+        if self._specs.pop(action_id, None) is None:
+            return
+        action = self.actions.pop(action_id)
+        self._rebuild()
+        for menu in self._menus.values():
+            menu.removeAction(action)
+        if self._toolbar is not None:
+            self._toolbar.removeAction(action)
+
     def _make(self, spec: ActionSpec) -> QAction:
         action = QAction(spec.title, self._window)
         action.setObjectName(spec.id)

@@ -8,10 +8,10 @@ back side by side, with the plain PyTorch that does the same (copyable). Leaving
 closing the dock, switching models) removes every tick and edit it added (``remove_edit``, an untick); the hooks the
 lesson's run registers by itself come off at the end of that run.
 
-The lesson's run goes through the workspace's ``JobRunner``, the one worker path: it shares the model and its hook
-registry with the window's runs, so it must never run at the same time as one. It is submitted only when the runner
-is idle (a run asked for meanwhile waits in the runner's slot and starts after it), and the window's own edits are
-suspended for its duration, so that its numbers are the lesson's alone.
+The lesson's run is an exclusive task (``Workspace.submit``): it shares the model and its hook registry with the
+window's runs, so it never runs at the same time as one (it waits for the run in flight, and a run asked for
+meanwhile waits for it), and the window's own edits are suspended for its duration, so that its numbers are the
+lesson's alone.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from functools import partial
 
 import torch
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -44,7 +44,7 @@ from app.core.pictures.panels import KIND_LABELS
 from app.core.teaching.lessons import LESSONS, AppSetup, Lesson, LessonResult, Picks, lesson, model_code_for, plan
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
-from app.ui.state.worker import Job
+from app.ui.state.tasks import Task
 from app.ui.state.workspace import Workspace
 from app.ui.widgets.code_view import code_view, notice_label
 
@@ -113,12 +113,11 @@ class LessonsFeature:
         self.ticked: list[tuple[str, str]] = []  # ticks this lesson added (not those the user had already)
         self.edit_ids: list[int] = []  # edits this lesson added
         self._registry: HookRegistry | None = None  # the registry they went into
-        self._pending: Job | None = None  # waiting for the runner to be idle
-        self._job: Job | None = None  # submitted, result still wanted
-        self._running: Job | None = None  # submitted and not finished (wanted or not)
+        self._pending: Task | None = None  # submitted, waiting for the runs
+        self._job: Task | None = None  # submitted, result still wanted
+        self._running: Task | None = None  # started and not finished (wanted or not)
         self._described = ""  # what Set up and run registered, in words
-        self._own: tuple[HookInfo, ...] = ()  # the hooks the next run registers by itself
-        self._listed: list[HookInfo] = []  # those the workspace lists now (while the run goes)
+        self._listed: list[HookInfo] = []  # the hooks the run registers by itself, listed while it goes
 
         self.widget = QWidget()
         self.list = QListWidget()
@@ -211,10 +210,6 @@ class LessonsFeature:
                 )
             ]
         )
-        self.runner = workspace.scheduler.runner
-        self.runner.returned.connect(self._on_returned)
-        self.runner.failed.connect(self._on_failed)
-        self.runner.busy_changed.connect(self._on_runner_busy)
         workspace.model_loading.connect(self._on_model_loading)
         workspace.model_changed.connect(self._on_model_changed)
 
@@ -316,14 +311,18 @@ class LessonsFeature:
                 model_code_for(loaded),
                 registry,
             )
-        # generation -1: the scheduler never takes the lesson's outcome (or error) for one of its runs
-        self._pending = Job(-1, work, stale=lambda: False, label=f"lesson {chosen.id}")
-        self._own = chosen.own_hooks(picks) if picks is not None else ()
+        own = chosen.own_hooks(picks) if picks is not None else ()
         self._clear_numbers()
         self._described = described
         self.status.setText(f"Running… {described}")
         self.run_button.setEnabled(False)
-        self._start_pending()
+        if self._pending is not None:  # an earlier run still waiting: its numbers are no longer wanted
+            self._pending.cancel()
+        task = self._pending = self._job = workspace.submit(f"lesson {chosen.id}", work, exclusive=True)
+        task.started.connect(partial(self._on_started, task, own))
+        task.finished.connect(partial(self._on_returned, task))
+        task.failed.connect(partial(self._on_failed, task))
+        task.ended.connect(partial(self._run_ended, task))
         return True
 
     def _image_b_path(self) -> str:
@@ -348,42 +347,36 @@ class LessonsFeature:
             return "Its hooks are registered for the run only, and removed at its end."
         return "Registered on the model (see the hook inspector): " + "; ".join(parts) + "."
 
-    def _start_pending(self) -> None:
-        # The runner holds one waiting job: submitting while it is busy could push the window's own run out of that
-        # slot (or be pushed out by it), so the lesson waits until it is idle.
-        if self._pending is None or self.runner.busy:
-            return
-        job, self._pending = self._pending, None
-        self._job = self._running = job
+    def _on_started(self, task: Task, own: tuple[HookInfo, ...]) -> None:
+        if task is self._pending:
+            self._pending = None
+        self._running = task
         # the hooks the run registers by itself, listed in the hook inspector while it runs
-        self._listed = list(self._own)
+        self._listed = list(own)
         for info in self._listed:
             self.workspace.add_external_hook(info)
-        self.runner.submit(job)
 
-    def _on_runner_busy(self, busy: bool) -> None:
-        if not busy:
-            QTimer.singleShot(0, self._start_pending)
-
-    def _run_ended(self, job: Job) -> None:
-        if job is self._running:
+    def _run_ended(self, task: Task) -> None:
+        if task is self._pending:  # cancelled before it started
+            self._pending = None
+        if task is self._running:
             self._running = None
             for info in self._listed:
                 self.workspace.remove_external_hook(info)
             self._listed = []
 
-    def _on_returned(self, job: Job, outcome: object) -> None:
-        self._run_ended(job)
-        if job is not self._job or not isinstance(outcome, LessonResult):
+    def _on_returned(self, task: Task, outcome: object) -> None:
+        self._run_ended(task)
+        if task is not self._job or not isinstance(outcome, LessonResult):
             return
         self._job = None
         self.result = outcome
         self.run_button.setEnabled(True)
         self._show_result(outcome)
 
-    def _on_failed(self, job: Job, error: object) -> None:
-        self._run_ended(job)
-        if job is not self._job:
+    def _on_failed(self, task: Task, error: object) -> None:
+        self._run_ended(task)
+        if task is not self._job:
             return
         self._job = None
         self.run_button.setEnabled(True)
@@ -430,6 +423,8 @@ class LessonsFeature:
     # ---- leaving ------------------------------------------------------------------------------------------------
     def leave(self) -> int:
         """Remove every tick and edit the lesson added; returns how many of them are still there (always 0)."""
+        if self._pending is not None:
+            self._pending.cancel()  # never starts
         self._pending = None
         self._job = None  # a run still going removes its own hooks at its end; its numbers are no longer wanted
         left = self._remove_setup()

@@ -113,6 +113,7 @@ class LiveFeature(QObject):
         host.add_drop_handler(self._on_drop)
         workspace.run_applied.connect(self._on_run_applied)
         workspace.busy_changed.connect(self._on_busy_changed)
+        workspace.on_shutdown(self.shutdown)
 
     def _action_specs(self) -> list[ActionSpec]:
         return [
@@ -346,12 +347,7 @@ class LiveFeature(QObject):
     def _pump(self) -> None:
         """Ask for the newest frame when no run is in flight: a busy model makes the source drop frames."""
         stream = self.stream
-        if (
-            stream is None
-            or (self.frozen and not self._step_wanted)
-            or self.workspace.scheduler.busy
-            or self.workspace.loading
-        ):
+        if stream is None or (self.frozen and not self._step_wanted) or self.workspace.busy or self.workspace.loading:
             return
         try:
             frame = stream.take_due(DUE_WAIT_S)

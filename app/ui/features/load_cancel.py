@@ -60,6 +60,7 @@ class LoadCancelFeature:
         workspace.model_changed.connect(lambda *_: self._sync())
         workspace.load_cancelled.connect(lambda *_: self._sync())
         workspace.failed.connect(lambda *_: self._sync())
+        workspace.on_shutdown(self.shutdown)
 
     @property
     def showing(self) -> bool:

@@ -3,9 +3,9 @@ a folder of images (``app.core.scan.scanner``); afterwards, the channel the Chan
 whole folder, in a dock under it. Click one to open that image as image A.
 
 The scan never touches the live model the workspace runs. A deep copy of the model, without any of its hooks (the
-registry's ticks and the interventions' edits), is taken by a short job on the workspace's own ``JobRunner``, so it
-is never taken while a run uses the model (that job waits for the run in flight, and a run asked for meanwhile waits
-for it); the scan itself then runs on that copy in a superqt worker of its own, for as long as it takes, while the
+registry's ticks and the interventions' edits), is taken by a short exclusive task (``Workspace.submit``), so it is
+never taken while a run uses the model (the task waits for the run in flight, and a run asked for meanwhile waits
+for it); the scan itself then runs on that copy in a task beside the runs, for as long as it takes, while the
 window goes on running images on the live model. The copy costs the model's memory once more, for as long as the
 scan's results are shown: it is also what computes a channel's receptive-field boxes when the channel is first
 shown (a scan in the window skips the box phase: one gradient pass per top-k entry of every channel would take
@@ -22,7 +22,6 @@ over the whole folder (the scan's statistics), highest first (the workspace's ``
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -54,7 +53,7 @@ from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import LoadOutcome
-from app.ui.state.worker import Job, PoolWorker, start_worker
+from app.ui.state.tasks import Task
 from app.ui.state.workspace import Workspace, error_text
 
 FEATURE_ID = "scan"
@@ -66,24 +65,6 @@ THUMB = 72  # pixels of a patch in the dock
 PROMPT = (
     "File ▸ Scan a folder… finds, for each ticked module (Act), the images of a folder that excite each channel most."
 )
-
-
-class _Background:
-    """One superqt worker on the global thread pool, and an event that says it has ended (to wait for it)."""
-
-    def __init__(self, work, returned, errored) -> None:
-        self.ended = threading.Event()
-
-        def run():
-            try:
-                return work()
-            finally:
-                self.ended.set()
-
-        self.worker = PoolWorker(run)
-        self.worker.returned.connect(returned)
-        self.worker.errored.connect(errored)
-        start_worker(self.worker)  # freed on the GUI thread once its pool thread is done with it
 
 
 class ScanFeature(QObject):
@@ -102,9 +83,10 @@ class ScanFeature(QObject):
         self.entries: list[TopImage] = []  # the top images in the dock, best first
         self._scan_model: LoadedModel | None = None  # the copy the result was made with: it computes boxes
         self._request: tuple[str, tuple[str, ...], LoadedModel] | None = None  # folder, modules, the live model
-        self._copy_job: Job | None = None
-        self._scan: _Background | None = None
-        self._patches: _Background | None = None
+        self._copy_task: Task | None = None  # the copy of the model, submitted
+        self._copy_job: Task | None = None  # ... and started (it waits for the runs first)
+        self._scan: Task | None = None
+        self._patches: Task | None = None
         self._wanted: tuple[str, int] | None = None  # the channel the Channel view shows
         self._cache: dict[tuple[str, int], tuple[list[TopImage], list[np.ndarray]]] = {}
         self._cancel = False
@@ -120,11 +102,8 @@ class ScanFeature(QObject):
         ])  # fmt: skip
         host.add_channel_listener(self._on_channel_shown)
         self.progressed.connect(self._on_progress)
-        runner = workspace.scheduler.runner
-        runner.returned.connect(self._on_job_returned)
-        runner.failed.connect(self._on_job_failed)
-        workspace.busy_changed.connect(self._on_busy_changed)
         workspace.model_changed.connect(self._on_model_changed)
+        workspace.on_shutdown(self.shutdown)
         workspace.session_parts["scan"] = (self.save_with_session, self.restore_from_session)
 
     # ---- the dock ------------------------------------------------------------------------------------------------
@@ -218,30 +197,29 @@ class ScanFeature(QObject):
         self.cancel_button.setEnabled(True)
         self.title.setText(f"Scanning {folder} for {', '.join(modules)}: waiting for the run in progress…")
         self.host.show_dock(DOCK_ID)
-        if not self.workspace.scheduler.busy:
-            self._copy_model()
+        self._copy_model()
         return True
 
-    def _on_busy_changed(self, _busy: bool) -> None:
-        if self._request is not None and self._copy_job is None and self._scan is None \
-                and not self.workspace.scheduler.busy:  # fmt: skip
-            self._copy_model()
-
     def _copy_model(self) -> None:
-        """The copy is taken by a job on the workspace's runner: never while a run uses the model."""
+        """The copy is taken by an exclusive task: never while a run uses the model (it waits for the run in
+        progress, and a run asked for meanwhile waits for it)."""
         assert self._request is not None
-        if self._cancel:
-            self._end("cancelled", "Scan cancelled before it started.")
-            return
-        module = self._request[2].module
-        self._copy_job = Job(-1, partial(copy_without_hooks, module), stale=lambda: False, label="scan-copy")
-        self.title.setText(f"Scanning {self._request[0]}: copying the model…")
-        self.workspace.scheduler.runner.submit(self._copy_job)
+        task = self._copy_task = self.workspace.submit(
+            "scan-copy", partial(copy_without_hooks, self._request[2].module), exclusive=True
+        )
+        task.started.connect(partial(self._on_copy_started, task))
+        task.finished.connect(partial(self._on_copied, task))
+        task.failed.connect(partial(self._on_copy_failed, task))
 
-    def _on_job_returned(self, job: Job, outcome: object) -> None:
-        if job is not self._copy_job or self._request is None:
+    def _on_copy_started(self, task: Task) -> None:
+        if task is self._copy_task and self._request is not None:
+            self._copy_job = task
+            self.title.setText(f"Scanning {self._request[0]}: copying the model…")
+
+    def _on_copied(self, task: Task, outcome: object) -> None:
+        if task is not self._copy_task or self._request is None:
             return
-        self._copy_job = None
+        self._copy_task = self._copy_job = None
         if self._cancel or self._closing:
             self._end("cancelled", "Scan cancelled before it started.")
             return
@@ -259,11 +237,13 @@ class ScanFeature(QObject):
             return result, loaded
 
         self.title.setText(f"Scanning {folder} for {', '.join(modules)}…")
-        self._scan = _Background(work, self._on_scanned, self._on_scan_failed)
+        self._scan = self.workspace.submit("scan", work)  # on the copy: beside the runs
+        self._scan.finished.connect(self._on_scanned)
+        self._scan.failed.connect(self._on_scan_failed)
 
-    def _on_job_failed(self, job: Job, error: object) -> None:
-        if job is self._copy_job:
-            self._copy_job = None
+    def _on_copy_failed(self, task: Task, error: object) -> None:
+        if task is self._copy_task:
+            self._copy_task = self._copy_job = None
             self._failed(error)
 
     def _on_progress(self, progress: ScanProgress) -> None:
@@ -281,7 +261,10 @@ class ScanFeature(QObject):
         if self.running:
             self._cancel = True
             self.cancel_button.setEnabled(False)
-            if self._copy_job is None and self._scan is None:  # still waiting for the workspace: nothing started
+            if self._copy_job is None and self._scan is None:  # still waiting for the runs: nothing started
+                if self._copy_task is not None:
+                    self._copy_task.cancel()
+                    self._copy_task = None
                 self._end("cancelled", "Scan cancelled before it started.")
             else:
                 self.title.setText("Cancelling the scan…")
@@ -445,7 +428,9 @@ class ScanFeature(QObject):
             return result, path, channel, entries, [reader.patch(entry, THUMB) for entry in entries]
 
         self.stats.setText(f"{path}, channel {channel}: reading its top images…")
-        self._patches = _Background(work, self._on_patches, self._on_patches_failed)
+        self._patches = self.workspace.submit("scan-patches", work)  # the scan's copy of the model: beside the runs
+        self._patches.finished.connect(self._on_patches)
+        self._patches.failed.connect(self._on_patches_failed)
 
     def _on_patches(self, outcome: object) -> None:
         self._patches = None
@@ -520,12 +505,10 @@ class ScanFeature(QObject):
             self.title.setText("The scan belonged to the previous model. " + PROMPT)
 
     def shutdown(self) -> None:
-        """Stop the scan at its next batch and wait for the background work to end."""
+        """The closing window calls this (``Workspace.on_shutdown``) before it cancels and waits for the tasks, a
+        bounded time: the scan stops at its next batch."""
         self._closing = True
         self._cancel = True
-        for job in (self._scan, self._patches):
-            if job is not None:
-                job.ended.wait(60)
 
 
 def _qimage(pixels: np.ndarray) -> QImage:

@@ -13,12 +13,12 @@ changed file is one line in one dialog and in the status bar; the rest is restor
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
-from superqt.utils import FunctionWorker
 
 from app.core.common.errors import HookscopeError
 from app.core.engine.devices import available_devices
@@ -47,7 +47,7 @@ from app.ui.dialogs.trust_dialog import ask_trust
 from app.ui.host import Host
 from app.ui.state.requests import ImageSource, LoadOutcome
 from app.ui.state.settings import app_settings
-from app.ui.state.worker import PoolWorker, start_worker
+from app.ui.state.tasks import Task
 from app.ui.state.workspace import Workspace
 from app.ui.words import window_words
 
@@ -88,7 +88,7 @@ class SessionFilesFeature(QObject):
         self.host = host
         self.last_problems: list[str] = []
         self._pending: dict[str, Any] | None = None  # a session waiting for its model to load
-        self._export_worker: FunctionWorker | None = None
+        self._export: Task | None = None  # a whole-run export being written
         self._problem_box: QMessageBox | None = None
         host.add_actions(
             [
@@ -374,14 +374,14 @@ class SessionFilesFeature(QObject):
         if outcome is None or loaded is None:
             self.host.show_error("Nothing to export yet: no run has finished.")
             return False
-        if self._export_worker is not None:
+        if self._export is not None:
             self.host.show_error("An export is still being written; try again when it is done.", dialog=False)
             return False
         ticked = {kind for _, kind in space.ticked_pairs()}
         kinds = tuple(kind for kind in KNOWN_KINDS if kind in ticked)
         default = space.default_settings
         image = outcome.image.path or outcome.image.name
-        worker = PoolWorker(
+        work = partial(
             write_run,
             outcome.result,
             loaded,
@@ -392,20 +392,20 @@ class SessionFilesFeature(QObject):
             colormap=default.colormap,
             scaling=default.scaling,
         )
-        worker.returned.connect(lambda *_: self._on_exported(str(folder)))
-        worker.errored.connect(self._on_export_failed)
-        self._export_worker = worker
-        start_worker(worker)  # freed on the GUI thread once its pool thread is done with it
+        # Beside the runs: it reads a finished run's result, which no run changes.
+        self._export = space.submit(f"export run to {folder}", work)
+        self._export.finished.connect(lambda *_: self._on_exported(str(folder)))
+        self._export.failed.connect(self._on_export_failed)
         self.host.show_status(f"Exporting the run to {folder}…", 0)
         return True
 
     def _on_exported(self, folder: str) -> None:
-        self._export_worker = None
+        self._export = None
         self.host.show_status(f"Run exported to {folder}.", 8000)
         self.exported.emit(folder)
 
-    def _on_export_failed(self, error: BaseException) -> None:
-        self._export_worker = None
+    def _on_export_failed(self, error: object) -> None:
+        self._export = None
         reason = getattr(error, "strerror", None) or str(error)
         message = f"The run could not be exported: {reason}."
         self.host.show_error(message)

@@ -1,9 +1,9 @@
 """Dream a channel: the image a channel responds to most, optimised in the background (``app.core.teaching.visualize``).
 
 "Visualize channel k" in a channel tile's menu (and "Visualize a channel of …" in the module menu, and Hooks ▸
-Visualize a channel…) fills the dock's fields; Run starts the optimisation as a job on the workspace's own
-``JobRunner``, so it never runs at the same time as a workspace run on the same model (a run asked for meanwhile
-waits for it, and a visualisation asked for during a run waits for the run). Its forward hook is registered on the
+Visualize a channel…) fills the dock's fields; Run starts the optimisation as an exclusive task
+(``Workspace.submit``), so it never runs at the same time as a workspace run on the same model (a run asked for
+meanwhile waits for it, and a visualisation asked for during a run waits for the run). Its forward hook is registered on the
 live module by the engine and removed when it ends; while it runs the workspace lists it among its external hooks
 (the hook inspector shows them). The image is shown every few steps; Cancel stops it at the next step (the image
 so far stays); Save… writes a PNG; Use as image A runs it through the workspace like any other image.
@@ -41,7 +41,7 @@ from app.ui.actions.specs import ActionSpec
 from app.ui.dialogs.folders import last_folder, remember_folder
 from app.ui.host import DockSpec, Host
 from app.ui.state.requests import ImageSource, LoadOutcome
-from app.ui.state.worker import Job
+from app.ui.state.tasks import Task
 from app.ui.state.workspace import Workspace, error_text
 
 FEATURE_ID = "visualize"
@@ -94,8 +94,7 @@ class VisualizeFeature(QObject):
         self.host = host
         self.result: Visualization | None = None
         self.image: np.ndarray | None = None  # what the dock shows: the latest image (uint8 H x W x 3)
-        self._job: Job | None = None
-        self._pending = False  # Run was pressed while a workspace run was in flight
+        self._task: Task | None = None  # the optimisation, waiting for the runs or running
         self._cancel = False
         self._hook: HookInfo | None = None
         self._objective: Objective | None = None
@@ -130,11 +129,8 @@ class VisualizeFeature(QObject):
             ]
         )
         self.progressed.connect(self._on_progress)
-        runner = workspace.scheduler.runner
-        runner.returned.connect(self._on_returned)
-        runner.failed.connect(self._on_failed)
-        workspace.busy_changed.connect(self._on_busy_changed)
         workspace.model_changed.connect(self._on_model_changed)
+        workspace.on_shutdown(self.shutdown)
         self._fill_modules()
 
     # ---- the dock ------------------------------------------------------------------------------------------------
@@ -265,7 +261,7 @@ class VisualizeFeature(QObject):
     # ---- running -------------------------------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._job is not None or self._pending
+        return self._task is not None
 
     def objective(self) -> Objective:
         channel = self.channel_box.value()
@@ -302,24 +298,14 @@ class VisualizeFeature(QObject):
         self.cancel_button.setEnabled(True)
         self.note.setText("")
         self.title.setText(f"{self._describe(objective)}: waiting for the run in progress…")
-        self._pending = True
-        if not self.workspace.scheduler.busy:
-            self._submit()
+        self._submit()
         return True
 
-    def _on_busy_changed(self, _busy: bool) -> None:
-        if self._pending and self._job is None and not self.workspace.scheduler.busy:
-            self._submit()
-
     def _submit(self) -> None:
-        """Hand the job to the workspace's runner while it is idle: it starts at once, and a run asked for later
-        waits for it (the runner runs one job at a time)."""
-        self._pending = False
-        if self._cancel:
-            self._end("cancelled", f"{self._describe(self._objective)}: cancelled before it started.")
-            return
+        """An exclusive task: it starts once no run is in flight, and a run asked for later waits for it."""
         loaded = self.workspace.loaded
         objective, settings = self._objective, self._settings
+        assert loaded is not None and objective is not None and settings is not None
         work = partial(
             visualize,
             loaded.module,
@@ -329,7 +315,16 @@ class VisualizeFeature(QObject):
             cancelled=lambda: self._cancel,
             progress=self.progressed.emit,
         )
-        self._job = Job(-1, work, stale=lambda: self._cancel, label="visualize")  # -1: no run generation is it
+        task = self._task = self.workspace.submit("visualize", work, exclusive=True)
+        task.started.connect(partial(self._on_started, task))
+        task.finished.connect(partial(self._on_returned, task))
+        task.failed.connect(partial(self._on_failed, task))
+
+    def _on_started(self, task: Task) -> None:
+        """The optimisation runs: its hook is on the live module until it ends."""
+        objective = self._objective
+        if task is not self._task or objective is None:
+            return
         self._hook = HookInfo(
             objective.layer,
             "forward",
@@ -345,29 +340,30 @@ class VisualizeFeature(QObject):
                 "on this optimisation too."
             )
         self.title.setText(f"{self._describe(objective)}: optimising…")
-        self.workspace.scheduler.runner.submit(self._job)
 
     def cancel(self) -> None:
-        if self.running:
+        task = self._task
+        if task is not None:
             self._cancel = True
             self.cancel_button.setEnabled(False)
-            if self._job is None:  # still waiting for a workspace run: nothing started
-                self._pending = False
+            if task.waiting:  # still waiting for a workspace run: nothing started
+                task.cancel()
+                self._task = None
                 self._end("cancelled", f"{self._describe(self._objective)}: cancelled before it started.")
             else:
                 self.title.setText(f"{self._describe(self._objective)}: cancelling…")
 
     def _on_progress(self, step: int, value: float, image: object) -> None:
-        if self._job is None or not isinstance(image, np.ndarray):
+        if self._task is None or not isinstance(image, np.ndarray):
             return
         self.progress.setValue(step)
         self.title.setText(f"{self._describe(self._objective)}: step {step}, objective {value:.4g}")
         self._show_image(image)
 
-    def _on_returned(self, job: Job, outcome: object) -> None:
-        if job is not self._job or not isinstance(outcome, Visualization):
+    def _on_returned(self, task: Task, outcome: object) -> None:
+        if task is not self._task or not isinstance(outcome, Visualization):
             return
-        self._job = None
+        self._task = None
         self.result = outcome
         self._show_image(outcome.image)
         self.progress.setValue(outcome.steps_done)
@@ -379,10 +375,10 @@ class VisualizeFeature(QObject):
         state = f"cancelled after {outcome.steps_done} steps" if outcome.cancelled else "done"
         self._end("cancelled" if outcome.cancelled else "done", f"{self._describe(outcome.objective)}: {state}")
 
-    def _on_failed(self, job: Job, error: object) -> None:
-        if job is not self._job:
+    def _on_failed(self, task: Task, error: object) -> None:
+        if task is not self._task:
             return
-        self._job = None
+        self._task = None
         message = error_text(error) if isinstance(error, BaseException) else str(error)
         self.host.show_error(message, dialog=False)
         self._end("failed", f"{self._describe(self._objective)}: {message}")
@@ -457,8 +453,19 @@ class VisualizeFeature(QObject):
     # ---- the workspace ---------------------------------------------------------------------------------------------
     def _on_model_changed(self, _outcome: LoadOutcome) -> None:
         self._fill_modules()
+        task = self._task
+        if task is not None and task.waiting:  # asked for while a model loaded: it runs on the model now in use
+            task.cancel()
+            registry, objective = self.workspace.registry, self._objective
+            if objective is not None and registry is not None and objective.layer in registry.paths:
+                self._submit()
+            else:
+                self._task = None
+                message = f"The model has no module named '{objective.layer if objective else ''}'."
+                self.host.show_error(message, dialog=False)
+                self._end("failed", f"{self._describe(objective)}: {message}")
 
     def shutdown(self) -> None:
-        """The closing window calls this before it waits for the workers: the optimisation stops at its next step."""
+        """The closing window calls this (``Workspace.on_shutdown``) before it cancels and waits for the tasks: the
+        optimisation stops at its next step."""
         self._cancel = True
-        self._pending = False

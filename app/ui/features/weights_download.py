@@ -5,8 +5,8 @@ this computer.") next to **Download (45 MB)**; where the weights are kept, and t
 the cache or the download, are behind a Details toggle. Any other notice of the loaded model (a non-strict load,
 timm's missing weights) takes the same row, without a button.
 
-The download runs on a worker of its own (a superqt ``FunctionWorker``), not on the workspace's scheduler, so runs
-on the untrained model go on meanwhile. ``app.core.models.weights.download_weights`` does the work (verified,
+The download runs as a task beside the runs (``Workspace.submit``, not exclusive: it touches no model), so runs on
+the untrained model go on meanwhile. ``app.core.models.weights.download_weights`` does the work (verified,
 all-or-nothing); progress arrives by signal from the worker thread, Cancel sets a flag it polls between chunks.
 On success the model loads again with its weights (``Workspace.set_model(name, "default")``: the ticks carry
 over, a run follows); on failure the engine's sentence is shown in Details and the untrained model stays.
@@ -22,11 +22,11 @@ Cancel (or the window's Cancel of the load) stops it at the next chunk, the part
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import torchvision
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QVBoxLayout
-from superqt.utils import FunctionWorker
 
 from app.core.engine.pipeline import ModelSource, open_model
 from app.core.models import hub as hub_models
@@ -34,7 +34,7 @@ from app.core.models.catalogue import TIMM_PREFIX, LoadedModel, default_weights_
 from app.core.models.weights import WEIGHTS_URL_ENV, DownloadCancelled, checkpoints_dir, download_weights, is_cached
 from app.ui.host import Host
 from app.ui.state.requests import LoadOutcome
-from app.ui.state.worker import PoolWorker, start_worker
+from app.ui.state.tasks import Task
 from app.ui.state.workspace import RunFailure, Workspace
 
 # Catalogue names in the words of the papers: "resnet18" -> "ResNet-18", "squeezenet1_1" -> "SqueezeNet 1.1".
@@ -121,7 +121,7 @@ class WeightsDownloadFeature(QObject):
         super().__init__()
         self.workspace = workspace
         self.host = host
-        self._worker: FunctionWorker | None = None
+        self._task: Task | None = None  # the download in progress
         self._cancel = False
         self._name = ""
         self.last_message = ""
@@ -172,12 +172,13 @@ class WeightsDownloadFeature(QObject):
         workspace.model_changed.connect(self._on_model_changed)
         workspace.failed.connect(self._on_failed)
         workspace.load_cancelled.connect(self._on_load_cancelled)
+        workspace.on_shutdown(self.shutdown)
         self._show_notice()
 
     # ---- state --------------------------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._worker is not None
+        return self._task is not None
 
     def offered_for(self) -> str | None:
         """The model whose weights the Download button offers, or None."""
@@ -271,14 +272,13 @@ class WeightsDownloadFeature(QObject):
         self.transfer.setText("connecting…")
         self.transfer.setVisible(True)
         if name.startswith(TIMM_PREFIX):
-            worker = PoolWorker(hub_models.fetch_timm_weights, name.removeprefix(TIMM_PREFIX),
-                                progress=self.progressed.emit, cancelled=lambda: self._cancel)  # fmt: skip
+            work = partial(hub_models.fetch_timm_weights, name.removeprefix(TIMM_PREFIX),
+                           progress=self.progressed.emit, cancelled=lambda: self._cancel)  # fmt: skip
         else:
-            worker = PoolWorker(download_weights, name, progress=self.progressed.emit, cancelled=lambda: self._cancel)
-        worker.returned.connect(self._on_done)
-        worker.errored.connect(self._on_error)
-        self._worker = worker
-        start_worker(worker)  # freed on the GUI thread once its pool thread is done with it
+            work = partial(download_weights, name, progress=self.progressed.emit, cancelled=lambda: self._cancel)
+        self._task = self.workspace.submit(f"download {name}", work)
+        self._task.finished.connect(self._on_done)
+        self._task.failed.connect(self._on_error)
         self.host.show_status(f"Downloading {name}'s weights…", 5000)
 
     # ---- a model from the Hugging Face Hub ----------------------------------------------------------------------
@@ -333,7 +333,7 @@ class WeightsDownloadFeature(QObject):
         self.transfer.setText(transfer_text(done, total if isinstance(total, int) else None, speed))
 
     def _on_done(self, path: object) -> None:
-        self._worker = None
+        self._task = None
         name = self._name
         message = f"Downloaded {name}'s weights to {path}."
         self.last_message = message
@@ -347,8 +347,8 @@ class WeightsDownloadFeature(QObject):
             self._show_notice()
         self.finished.emit("done", message)
 
-    def _on_error(self, error: BaseException) -> None:
-        self._worker = None
+    def _on_error(self, error: object) -> None:
+        self._task = None
         cancelled = isinstance(error, DownloadCancelled)
         message = str(error) if isinstance(error, Exception) else repr(error)
         if cancelled and self._name.startswith(TIMM_PREFIX):  # from the Hub: the part that came is kept
@@ -371,6 +371,7 @@ class WeightsDownloadFeature(QObject):
         self.finished.emit("cancelled" if cancelled else "failed", message)
 
     def shutdown(self) -> None:
-        """The closing window calls this before it waits for the thread pool, so a download ends first (it stops
-        at its next chunk; nothing is saved)."""
+        """The closing window calls this (``Workspace.on_shutdown``) before it waits for the tasks, so a download
+        ends first (it stops at its next chunk; nothing is saved)."""
         self._cancel = True
+        self._hub_cancel = True

@@ -114,6 +114,11 @@ class RunScheduler(QObject):
             self.busy_changed.emit(True)
             self._submit_run()
 
+    def hold(self, held: bool) -> None:
+        """Start no load or run while held (an exclusive side task uses the model: ``app.ui.state.tasks``); what is
+        asked meanwhile waits, and starts when released."""
+        self.runner.hold(held)
+
     def shutdown(self) -> None:
         """Cancel and wait for the worker; later requests are ignored."""
         if self._closed:

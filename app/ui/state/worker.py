@@ -19,11 +19,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 from shiboken6 import Shiboken
-from superqt.utils import FunctionWorker
+from superqt.utils import FunctionWorker, GeneratorWorker
 
 from app.system.allocator import trim
 
@@ -95,8 +96,9 @@ def collect_garbage_on_gui_thread() -> None:
         _collector = _GuiCollector(interval=0.5)
 
 
-class PoolWorker(FunctionWorker):
-    """superqt's ``FunctionWorker`` without its warnings redirection, started by ``start_worker`` only.
+class _PoolRun:
+    """The ``run`` and ``empty`` of the workers started here (``PoolWorker``, ``PoolGeneratorWorker``): superqt's
+    own ``run`` without its warnings redirection.
 
     superqt's ``run`` wraps the work in ``warnings.catch_warnings()`` and sets the process-wide
     ``warnings.showwarning`` to a lambda that holds the worker. That state is global, not per thread: two workers
@@ -107,11 +109,13 @@ class PoolWorker(FunctionWorker):
     ended = False  # run() has returned or is about to: set last, by the pool thread
     ended_seen = False  # the keeper's sweep has seen ``ended`` once
 
-    def run(self) -> None:  # on a pool thread
+    def run(self: Any) -> None:  # on a pool thread
         self.started.emit()
         self._running = True
         try:
             result = self.work()
+            if isinstance(result, Exception):  # a generator's RuntimeError, handed back by GeneratorWorker.work
+                raise result
             if not self.abort_requested:
                 self.returned.emit(result)
         except Exception as exc:  # noqa: BLE001  (it goes to the errored signal, as superqt's run does)
@@ -120,15 +124,28 @@ class PoolWorker(FunctionWorker):
         self.finished.emit()
         self.ended = True
 
-    def empty(self) -> None:
+    def empty(self: Any) -> None:
         """On the GUI thread, once the pool is done with this worker: drop the work and what it was given, and
         delete the signals object (after the signals already on their way: ``deleteLater``)."""
-        self._func, self._args, self._kwargs = _done, (), {}
+        # by name: a FunctionWorker holds its function and arguments, a GeneratorWorker its generator
+        vars(self).update(_func=_done, _args=(), _kwargs={}, _gen=None)
         self.signals.deleteLater()
+
+
+class PoolWorker(_PoolRun, FunctionWorker):
+    """superqt's ``FunctionWorker`` with ``_PoolRun``'s ``run``, started by ``start_worker`` only."""
+
+
+class PoolGeneratorWorker(_PoolRun, GeneratorWorker):
+    """superqt's ``GeneratorWorker`` (each ``yield`` of the work comes out of ``yielded``; ``quit()`` stops it at the
+    next one) with ``_PoolRun``'s ``run``, started by ``start_worker`` only."""
 
 
 def _done() -> None:
     """What an emptied worker would run (never: it has run already)."""
+
+
+AnyPoolWorker = PoolWorker | PoolGeneratorWorker
 
 
 class _WorkerKeeper(QObject):
@@ -154,12 +171,12 @@ class _WorkerKeeper(QObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self.workers: set[PoolWorker] = set()
+        self.workers: set[AnyPoolWorker] = set()
         self.timer = QTimer(self)
         self.timer.setInterval(self.SWEEP_MS)
         self.timer.timeout.connect(self.sweep)
 
-    def keep(self, worker: PoolWorker) -> None:
+    def keep(self, worker: AnyPoolWorker) -> None:
         self.workers.add(worker)
         if not self.timer.isActive():
             self.timer.start()
@@ -190,7 +207,7 @@ class _WorkerKeeper(QObject):
 _keeper: _WorkerKeeper | None = None
 
 
-def start_worker(worker: PoolWorker) -> PoolWorker:
+def start_worker(worker: AnyPoolWorker) -> None:
     """Start ``worker`` on the global thread pool (from the GUI thread); it is freed on the GUI thread once its
     pool thread is done with it (see ``_WorkerKeeper``). Connect its signals before calling this."""
     global _keeper
@@ -201,7 +218,6 @@ def start_worker(worker: PoolWorker) -> PoolWorker:
     # Straight onto the pool (not worker.start(), which may defer the start by a timer): a window that closes
     # right after submitting must find the thread in the pool to wait for it.
     QThreadPool.globalInstance().start(worker)
-    return worker
 
 
 def workers_kept() -> int:
@@ -259,6 +275,7 @@ class JobRunner(QObject):
         self._waiting: Job | None = None
         self._abandoned: set[_Relay] = set()  # forgotten, still running: kept alive until they finish
         self._grown = 0  # threads added to the pool so that an abandoned job never blocks the next one
+        self._held = False  # a side task uses the model (``hold``): submitted jobs wait
         self._closed = False
 
     @property
@@ -283,12 +300,20 @@ class JobRunner(QObject):
         running = self._running
         if running is not None and running.job.abandonable and running.job.stale():
             self._abandon(running)
-        if self._running is None:
+        if self._running is None and not self._held:
             self._start(job)
         else:
             self._waiting = job
         if not was_busy:
             self.busy_changed.emit(True)
+
+    def hold(self, held: bool) -> None:
+        """While held, nothing starts: a job submitted waits in the slot (a newer one replaces it, as always).
+        The workspace holds the runner while an exclusive task (``Workspace.submit``) uses the live model, which
+        a run must not use at the same time; released, the job waiting starts."""
+        self._held = held
+        if not held and self._running is None and self._waiting is not None and not self._closed:
+            self._start_next()
 
     def cancel(self, which: Callable[[Job], bool]) -> bool:
         """Give up on the jobs ``which`` picks: a waiting one is dropped; a running one is abandoned if it is
@@ -337,12 +362,13 @@ class JobRunner(QObject):
             self._grown += 1
 
     def _start_next(self) -> None:
-        while self._waiting is not None:
+        while self._waiting is not None and not self._held:
             job, self._waiting = self._waiting, None
             if not job.stale():
                 self._start(job)
                 return
-        self.busy_changed.emit(False)
+        if not self.busy:
+            self.busy_changed.emit(False)
 
     def _on_returned(self, relay: _Relay, outcome: object) -> None:
         if relay is self._running and not self._closed:

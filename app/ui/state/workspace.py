@@ -45,6 +45,7 @@ from app.ui.state.requests import (
     execute_pictures,
 )
 from app.ui.state.scheduler import RunScheduler
+from app.ui.state.tasks import Task, TaskPool
 from app.ui.state.worker import Job, JobRunner, collect_fully_soon
 
 CHECK_KINDS = ("forward", "tensor")  # what a default or --check tick hooks: the Act and Grad columns
@@ -125,10 +126,10 @@ class Workspace(QObject):
         self.settings: dict[tuple[str, str], PanelSettings] = {}
         self.missing_checks: list[str] = []
         self.applied_generations: list[int] = []
-        self.model_message = ""  # what the last load said; views put it in front of the first run's line
-        self.view_size: Callable[[], tuple[int, int] | None] = lambda: None  # the panels' size (set by the view)
-        # The panels (kind, record key) out of view when a run is asked for (set by the view): their pictures wait
-        # until they scroll in (``prepare_pictures``).
+        self.model_message = ""  # what the last load said; views take it (``take_model_message``) for a run's line
+        # The view's (``attach_view``): the panels' size, and the panels (kind, record key) out of view when a run is
+        # asked for, whose pictures wait until they scroll in (``prepare_pictures``).
+        self.view_size: Callable[[], tuple[int, int] | None] = lambda: None
         self.hidden_panels: Callable[[], frozenset[tuple[str, str]]] = frozenset
         self.channel_orders: dict[str, np.ndarray] = {}  # module path -> a dataset scan's channel order
         # What features add to a saved session, by key: (save(session path) -> JSON value or None, restore(value,
@@ -142,12 +143,16 @@ class Workspace(QObject):
         self.loading_what = ""  # what the load in flight opens, in a few words
         self._weights_in_use = weights  # the weights of the model on screen, restored when a load is cancelled
         self._closing = False
+        self._shutdown_hooks: list[Callable[[], object]] = []
         self.scheduler = RunScheduler(self._freeze_run, self)
         self.scheduler.loaded.connect(self._apply_model)
         self.scheduler.load_failed.connect(self._on_load_failed)
         self.scheduler.ran.connect(self._apply_run)
         self.scheduler.run_failed.connect(self._on_run_failed)
-        self.scheduler.busy_changed.connect(self.busy_changed)
+        # Features' background work (``submit``): exclusive tasks take turns with the runs on the scheduler's runner.
+        self.tasks = TaskPool(lambda: not self.scheduler.busy, self.scheduler.hold, self)
+        self.scheduler.busy_changed.connect(self._on_runs_busy)
+        self.tasks.busy_changed.connect(lambda *_: self.busy_changed.emit(self.busy))
         # Pictures of panels scrolled into view run beside the runs (they only read a finished run's records).
         self.picture_runner = JobRunner(self)
         self.picture_runner.returned.connect(self._on_pictures)
@@ -159,6 +164,48 @@ class Workspace(QObject):
     @property
     def generation(self) -> int:
         return self.scheduler.generation
+
+    @property
+    def busy(self) -> bool:
+        """A load or run is running, asked for or waiting, or an exclusive task is (what the busy bar shows)."""
+        return not self._closing and (self.scheduler.busy or self.tasks.busy)
+
+    def _on_runs_busy(self, _busy: bool) -> None:
+        if not self.scheduler.busy:
+            self.tasks.runs_idle_now()  # an exclusive task waiting for the runs starts first
+        self.busy_changed.emit(self.busy)
+
+    # ======================================================================================== background ====
+    def submit(self, label: str, work: Callable[[], object], exclusive: bool = False) -> Task:
+        """Run ``work`` in the background; the ``Task`` returned says how it goes (``app.ui.state.tasks``).
+
+        ``exclusive``: the work uses the live model or its hook registry, so it runs between runs, never beside
+        one, and exclusive tasks run one after another in the order submitted (none is dropped). Otherwise it
+        starts at once. A generator function's yields come out of ``Task.progressed``. Closing cancels every task
+        and waits a bounded time for them."""
+        return self.tasks.submit(label, work, exclusive)
+
+    def on_shutdown(self, hook: Callable[[], object]) -> None:
+        """Call ``hook`` when the window closes, before the background work is cancelled and waited for: a feature
+        stops what it started (a source, a flag its work polls) there."""
+        self._shutdown_hooks.append(hook)
+
+    # ============================================================================================== the view ====
+    def attach_view(
+        self,
+        view_size: Callable[[], tuple[int, int] | None],
+        hidden_panels: Callable[[], frozenset[tuple[str, str]]] | None = None,
+    ) -> None:
+        """The view runs are made for: the panels' size (pictures are coloured at it), and the panels out of view
+        (their pictures wait until they scroll in)."""
+        self.view_size = view_size
+        if hidden_panels is not None:
+            self.hidden_panels = hidden_panels
+
+    def take_model_message(self) -> str:
+        """What the last load said ("resnet18 loaded in 80 ms"), once: the first run's status line leads with it."""
+        message, self.model_message = self.model_message, ""
+        return message
 
     @property
     def loading(self) -> bool:
@@ -677,10 +724,14 @@ class Workspace(QObject):
 
     # ============================================================================================== closing ====
     def shutdown(self) -> None:
-        """Cancel and wait for the worker, remove every hook; safe to call twice."""
+        """Stop the features' work (their ``on_shutdown`` hooks), cancel every task, cancel and wait a bounded time
+        for the workers (``CLOSE_WAIT_MS``, all of them: the pool's), remove every hook; safe to call twice."""
         if self._closing:
             return
         self._closing = True
+        for hook in self._shutdown_hooks:
+            hook()
+        self.tasks.shutdown()
         self.picture_runner.shutdown(0)
         self.scheduler.shutdown()
         if self.registry is not None:

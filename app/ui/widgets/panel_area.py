@@ -12,15 +12,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
-from PySide6.QtCore import QPoint, QRect, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QColor, QPainter, QPaintEvent, QPen, QResizeEvent
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
     QGridLayout,
     QHBoxLayout,
     QLabel,
-    QMainWindow,
     QScrollArea,
     QStyle,
     QVBoxLayout,
@@ -31,6 +30,7 @@ from superqt import QElidingLabel
 
 from app.core.engine.hooks import Record, record_key
 from app.core.pictures.panels import KIND_ORDER, PanelPicture, PanelSettings
+from app.ui.host import DockSpec, Host
 from app.ui.theme import BORDER
 from app.ui.widgets.feature_map_panel import MIN_PANEL_HEIGHT, MIN_PANEL_WIDTH, FeatureMapPanel
 
@@ -160,14 +160,16 @@ class ModuleCard(QFrame):
         painter.end()
 
 
-class PanelDock(QDockWidget):
-    """A panel popped out of its card; closing the dock puts the panel back."""
+class _DockCloseWatcher(QObject):
+    """Tells when a popped-out panel's dock gets a close event (its ✕): the dock is the host's (``Host.add_dock``),
+    so it is watched rather than subclassed."""
 
-    closed = Signal(object)
+    closed = Signal(object)  # the dock
 
-    def closeEvent(self, event: QCloseEvent) -> None:
-        super().closeEvent(event)
-        self.closed.emit(self)
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.Close and isinstance(watched, QDockWidget):
+            self.closed.emit(watched)
+        return False
 
 
 class PanelArea(QScrollArea):
@@ -180,13 +182,13 @@ class PanelArea(QScrollArea):
     message = Signal(str, bool)  # a panel's message for the user (exports), and whether it is an error
     pictures_wanted = Signal(object)  # [(kind, key)]: panels scrolled into view whose run left their pictures to make
 
-    def __init__(
-        self, order_of: Callable[[str], int], host: QMainWindow | None = None, parent: QWidget | None = None
-    ) -> None:
+    def __init__(self, order_of: Callable[[str], int], host: Host | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._order_of = order_of
-        self._host = host  # the window that holds popped-out panels as docks
-        self.docks: dict[tuple[str, str], PanelDock] = {}
+        self._host = host  # the window that holds popped-out panels as docks (listed in its View menu)
+        self.docks: dict[tuple[str, str], QDockWidget] = {}
+        self._dock_watcher = _DockCloseWatcher(self)
+        self._dock_watcher.closed.connect(self._put_back)
         self.panels: dict[tuple[str, str], FeatureMapPanel] = {}  # (kind, record key) -> panel
         self._sort_keys: dict[tuple[str, str], tuple[int, int, str]] = {}  # (tree order, call, leaf)
         self._cards: dict[str, ModuleCard] = {}  # module path -> its card
@@ -464,42 +466,40 @@ class PanelArea(QScrollArea):
         panel.release()  # its pictures go now, not when Python's collector reaches the plot's cycles
         panel.setParent(None)
         panel.deleteLater()
-        if dock is not None:
-            dock.closed.disconnect(self._put_back)
-            dock.close()
-            dock.deleteLater()
+        if dock is not None and self._host is not None:
+            dock.removeEventFilter(self._dock_watcher)
+            self._host.remove_dock(dock.objectName())
 
     # ---- popping out ----------------------------------------------------------------------------------------
-    def pop_out(self, panel: FeatureMapPanel) -> PanelDock | None:
-        """Move ``panel`` into a floating dock of the window: dockable anywhere, on a second screen too."""
+    def pop_out(self, panel: FeatureMapPanel) -> QDockWidget | None:
+        """Move ``panel`` into a floating dock of the window (``Host.add_dock``: listed in its View menu like every
+        dock), dockable anywhere, on a second screen too."""
         if self._host is None or panel.ident in self.docks:
             return None
         panel.setMinimumHeight(MIN_PANEL_HEIGHT)  # the card gave it a fixed height; the dock resizes it
         panel.setMaximumHeight(MAX_HEIGHT)
-        dock = PanelDock(f"{panel.key or '(model)'} · {panel.kind_label}", self._host)
-        dock.setObjectName(f"panel:{panel.kind}:{panel.key}")
-        dock.setWidget(panel)
         panel.set_in_card(False)
         panel.float_button.setVisible(False)
-        dock.closed.connect(self._put_back)
+        title = f"{panel.key or '(model)'} · {panel.kind_label}"
+        dock = self._host.add_dock(DockSpec(f"panel:{panel.kind}:{panel.key}", title, "right", scroll=False), panel)
+        dock.installEventFilter(self._dock_watcher)
         self.docks[panel.ident] = dock
-        self._host.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
         dock.setFloating(True)
         dock.resize(max(panel.width(), 480), max(panel.height(), 520))
         dock.show()
         self._relayout()
         return dock
 
-    def _put_back(self, dock: PanelDock) -> None:
+    def _put_back(self, dock: QDockWidget) -> None:
         panel = dock.widget()
         ident = next((i for i, d in self.docks.items() if d is dock), None)
-        if ident is None or not isinstance(panel, FeatureMapPanel):
+        if ident is None or not isinstance(panel, FeatureMapPanel) or self._host is None:
             return
         del self.docks[ident]
+        dock.removeEventFilter(self._dock_watcher)
         panel.setParent(None)
         panel.float_button.setVisible(True)
-        self._host.removeDockWidget(dock)
-        dock.deleteLater()
+        self._host.remove_dock(dock.objectName())
         self._relayout()
 
     def _relayout(self) -> None:
