@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.cli.common import (
     add_model_file_options,
@@ -23,6 +24,9 @@ from app.cli.common import (
 from app.cli.progress import ProgressLine
 from app.core.common.errors import HookscopeError
 from app.system.termination import SIGTERM_EXIT, Terminated, sigterm_raises
+
+if TYPE_CHECKING:
+    from app.core.engine.capture import RunResult
 
 
 def build_export_parser() -> argparse.ArgumentParser:
@@ -101,22 +105,6 @@ def _output_folders(images: list[str], out: Path) -> list[Path]:
         used.add(name)
         folders.append(out / name)
     return folders
-
-
-def _add_edits_to_manifest(folder: Path, manifest: dict, args: argparse.Namespace, result) -> None:
-    """manifest.json gains the --edit specs and, per top-5 class, its probability without the edits."""
-    import json
-
-    from app.core.pictures.compare import prediction_changes
-
-    if not getattr(args, "edit", None):
-        return
-    manifest["edits"] = list(args.edit)
-    manifest["prediction_changes"] = [
-        {"index": c.index, "label": c.label, "probability": c.probability, "without_edits": c.before, "change": c.delta}
-        for c in prediction_changes(result)
-    ]
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
 def _warn_non_finite(manifest: dict) -> None:
@@ -205,8 +193,8 @@ def run_export(args: argparse.Namespace) -> int:
                     )  # fmt: skip
                     line.stage("writing the files")
                     manifest = write_run(result, loaded, folder, image=name, kinds=tuple(args.hooks),
-                                         png=not args.no_png, progress=line.update)  # fmt: skip
-                _report_export(name, folder, manifest, args, result)
+                                         png=not args.no_png, edits=args.edit or (), progress=line.update)  # fmt: skip
+                _report_export(name, folder, manifest, result)
             _write_script(args, loaded, registry, args.image[0], args.target, args.device)
     return 0
 
@@ -216,9 +204,8 @@ def _export_progress(name: str, index: int, count: int) -> ProgressLine:
     return ProgressLine(f"export {name}" + (f" ({index + 1} of {count})" if count > 1 else ""), "files")
 
 
-def _report_export(name: str, folder: Path, manifest: dict, args: argparse.Namespace, result) -> None:
-    """After one image's export: the edits into its manifest, its line on stdout, a warning for NaN or inf."""
-    _add_edits_to_manifest(folder, manifest, args, result)
+def _report_export(name: str, folder: Path, manifest: dict, result: RunResult) -> None:
+    """After one image's export: its line on stdout, a warning for NaN or inf."""
     top = result.top5[0] if result.top5 else None
     best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
     print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
@@ -282,7 +269,7 @@ def run_export_batch(args: argparse.Namespace) -> int:
                 report = run_batch(
                     loaded, registry, images, out, root=folder, device=args.device, target=args.target,
                     kinds=tuple(args.hooks), png=not args.no_png, resume=args.resume, progress=_batch_progress(line),
-                    others=others, manifest_extra={"edits": list(args.edit)} if args.edit else None,
+                    others=others, edits=args.edit or (),
                 )  # fmt: skip
     except Terminated:
         stopped_by = "stopped (SIGTERM)"
@@ -359,14 +346,14 @@ def run_export_session(args: argparse.Namespace) -> int:
         edit_lines, others = apply_session_edits(registry, session, loaded.preprocess)
         for text in lines + edit_lines:
             print(f"hookscope: {text}", file=sys.stderr)
-        edits = argparse.Namespace(edit=[edit.spec for edit in registry.enabled_edits()])
+        edits = [edit.spec for edit in registry.enabled_edits()]
         folders = _output_folders(images, Path(args.out))
         for index, (name, image, folder) in enumerate(zip(images, pictures, folders)):
             with _export_progress(name, index, len(images)) as line, sigterm_raises():
                 line.stage("running the model")
                 result = run_image(
                     loaded, registry, image, device=device, target=session.target, others=others,
-                    baseline=bool(edits.edit),
+                    baseline=bool(edits),
                 )  # fmt: skip
                 if name == images[0]:
                     line.end_line()
@@ -374,9 +361,9 @@ def run_export_session(args: argparse.Namespace) -> int:
                 line.stage("writing the files")
                 manifest = write_run(
                     result, loaded, folder, image=name, kinds=session.kinds, png=not args.no_png,
-                    colormap=session.colormap, scaling=session.scaling, progress=line.update,
+                    colormap=session.colormap, scaling=session.scaling, edits=edits, progress=line.update,
                 )  # fmt: skip
-            _report_export(name, folder, manifest, edits, result)
+            _report_export(name, folder, manifest, result)
     return 0
 
 
@@ -420,8 +407,8 @@ def run_export_video(args: argparse.Namespace) -> int:
                                  baseline=bool(args.edit))  # fmt: skip
             extra = {"video": {"file": str(args.video), "frame": frame.index, "time_s": round(frame.time_s, 6)}}
             manifest = write_run(result, loaded, folder, image=f"{args.video}#frame={frame.index}",
-                                 kinds=tuple(args.hooks), png=not args.no_png, extra=extra)  # fmt: skip
-            _add_edits_to_manifest(folder, manifest, args, result)
+                                 kinds=tuple(args.hooks), png=not args.no_png, edits=args.edit or (),
+                                 extra=extra)  # fmt: skip
             top = result.top5[0] if result.top5 else None
             best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
             print(

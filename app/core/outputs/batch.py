@@ -249,7 +249,7 @@ def _write_image(
     kinds: tuple[str, ...],
     png: bool,
     fingerprint: dict,
-    manifest_extra: Mapping[str, Any] | None,
+    edits: Sequence[str],
     tree: Sequence[ModuleInfo],
     files: DropBehind,
     helper: Executor | None = None,
@@ -263,7 +263,7 @@ def _write_image(
         # the manifest, this thread writes itself
         means = helper.submit(record_means, result) if helper is not None else None
         write_run(
-            result, loaded, folder, image=str(source), kinds=kinds, png=png, tree=tree, extra=manifest_extra,
+            result, loaded, folder, image=str(source), kinds=kinds, png=png, tree=tree, edits=edits, compared=False,
             helper=helper, files=files,
         )  # fmt: skip
         return {
@@ -342,7 +342,7 @@ def run_batch(
     progress: Callable[[BatchProgress], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
     others: Mapping[str, torch.Tensor] | None = None,
-    manifest_extra: Mapping[str, Any] | None = None,
+    edits: Sequence[str] = (),
 ) -> BatchReport:
     """Run every image through ``loaded.module`` with ``registry``'s hooks; one subfolder per image in ``out_dir``.
 
@@ -351,7 +351,8 @@ def run_batch(
     ``resume``, images whose folder holds a matching ``done.json`` are left as they are. ``cancelled`` is asked
     before each image; results already computed are still written. ``summary.csv`` is always rewritten, also when
     the batch stops early (unreached images are listed as "not run"). ``others`` goes to ``capture_run`` (the
-    mix edits' other images); ``manifest_extra`` is merged into each manifest.json (e.g. the edits applied).
+    mix edits' other images); ``edits``: the specs of the edits on ``registry``, recorded in each manifest.json (the
+    runs are not compared with runs without them: no ``prediction_changes``).
     """
     start = time.perf_counter()
     paths = [Path(p) for p in images]
@@ -422,9 +423,9 @@ def run_batch(
                 continue
             result = run_image(loaded, registry, x, device=device, target=target, others=others)
             collect(block=not behind)
-            job = dict(
+            job: dict[str, Any] = dict(
                 source=paths[index], name=names[index], kinds=kinds, png=png, fingerprint=fingerprint,
-                manifest_extra=manifest_extra, tree=tree,
+                edits=edits, tree=tree,
             )  # fmt: skip
             if not behind:  # written now, the writer thread helping; it waits for the disk while the next image runs
                 files = DropBehind()
@@ -443,9 +444,9 @@ def run_batch(
         reads.close()  # cancels the reads not started, waits for the running one
         # Results already computed are written even when the batch stops: a resume then need not redo them.
         writer.shutdown(wait=True)
-        for index, future in list(pending_writes):
-            if future.done() and future.exception() is None and index not in finished_now:
-                results[index] = future.result()
+        for index, written in list(pending_writes):
+            if written.done() and written.exception() is None and index not in finished_now:
+                results[index] = written.result()
                 finished_now.append(index)
         report.done = [names[index] for index in sorted(finished_now)]
         report.elapsed_s = time.perf_counter() - start

@@ -1,6 +1,9 @@
 """Writing one run to a folder: manifest.json, the arrays as .npy/.npz, and one PNG mosaic per record.
 
-The layout is the contract of ``hookscope export``; the window's whole-run export writes the same.
+The layout is the contract of ``hookscope export``; the window's whole-run export and a batch's images write the same,
+through ``write_run``. ``build_manifest`` is the one place that says what manifest.json holds (the model, the hooks
+and what they recorded, the edits, the target, the predictions and their changes under the edits, NaN and inf), so
+that the window, the command line and a batch record a run alike.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from app.core.engine.numeric import numeric_report
 from app.core.engine.tree import ModuleInfo, module_tree
 from app.core.models.catalogue import LoadedModel
 from app.core.outputs.drop_behind import DropBehind
+from app.core.pictures.compare import prediction_changes
 from app.core.pictures.views import ChannelData, as_channels, grad_magnitude, mosaic
 
 # One archive per hook kind; a key is the record's key (path, "#k" for later calls, "/leaf" for leaves).
@@ -76,7 +80,7 @@ def save_npz(path: Path | BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
             with archive.open(f"{key}.npy", mode="w", force_zip64=True) as member:  # force_zip64 as np.savez
                 if array.flags.c_contiguous and array.dtype.isbuiltin == 1 and not array.dtype.hasobject:
                     np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(array))
-                    member.write(array.reshape(-1).view(np.uint8))
+                    member.write(array.reshape(-1).view(np.uint8).data)  # its memory, not a copy
                 else:
                     np.lib.format.write_array(member, array)
 
@@ -92,6 +96,8 @@ def write_run(
     colormap: str = "viridis",
     scaling: str = "channel",
     tree: Sequence[ModuleInfo] | None = None,
+    edits: Sequence[str] = (),
+    compared: bool = True,
     extra: Mapping[str, Any] | None = None,
     helper: Executor | None = None,
     files: DropBehind | None = None,
@@ -99,11 +105,11 @@ def write_run(
 ) -> dict:
     """Write ``result`` into ``out`` and return the manifest that was written (PNGs through ``colormap``).
 
-    The manifest is written last, so a folder whose writing stopped half way has none. ``tree``: the model's
-    ``module_tree``, for a caller that writes many runs of one model (a batch works it out once); ``extra``: merged
-    into the manifest (e.g. the edits a batch applied). ``helper``: a thread that writes the array files while this
-    one draws the pictures and puts the manifest together, then writes those the helper has not started; the
-    helper's first error is raised here, after both are done.
+    The manifest is written last, so a folder whose writing stopped half way has none; what it says is
+    ``build_manifest``'s (``edits``, ``compared`` and ``extra`` are passed on). ``tree``: the model's
+    ``module_tree``, for a caller that writes many runs of one model (a batch works it out once). ``helper``: a
+    thread that writes the array files while this one draws the pictures and puts the manifest together, then
+    writes those the helper has not started; the helper's first error is raised here, after both are done.
 
     The array files and the manifest are written through ``files`` (``app.core.outputs.drop_behind``), which the caller
     settles: a batch waits for the disk while the model runs the next image. Without it, the arrays are on disk
@@ -113,17 +119,16 @@ def write_run(
     names it), ``total`` counting the array files and the pictures: with every module hooked the pictures are most
     of the time (``hookscope export`` draws its progress line from it).
     """
+    describe = partial(build_manifest, result, loaded, image=image, kinds=kinds, tree=tree, edits=edits,
+                       compared=compared, extra=extra)  # fmt: skip
     if files is None:
         with DropBehind() as own:
-            manifest, text = _write_files(result, loaded, out, image, kinds, png, colormap, scaling, tree, extra,
-                                          helper, own, progress)  # fmt: skip
+            manifest, text = _write_files(result, out, kinds, png, colormap, scaling, describe, helper, own, progress)
             own.settle()  # the arrays are on disk before a manifest says they are there
             with own.create(out / "manifest.json") as stream:
                 stream.write(text.encode())
         return manifest
-    manifest, text = _write_files(
-        result, loaded, out, image, kinds, png, colormap, scaling, tree, extra, helper, files, progress
-    )
+    manifest, text = _write_files(result, out, kinds, png, colormap, scaling, describe, helper, files, progress)
     with files.create(out / "manifest.json") as stream:
         stream.write(text.encode())
     return manifest
@@ -131,20 +136,17 @@ def write_run(
 
 def _write_files(
     result: RunResult,
-    loaded: LoadedModel,
     out: Path,
-    image: str,
     kinds: tuple[str, ...],
     png: bool,
     colormap: str,
     scaling: str,
-    tree: Sequence[ModuleInfo] | None,
-    extra: Mapping[str, Any] | None,
+    describe: Callable[[], dict],
     helper: Executor | None,
     files: DropBehind,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> tuple[dict, str]:
-    """``write_run`` but the manifest, which it returns with its text."""
+    """``write_run`` but the manifest, which it returns with its text (``describe()`` makes it)."""
     out.mkdir(parents=True, exist_ok=True)
     pictures = [(kind, record) for kind in kinds for record in result.of_kind(kind)] if png else []
     for kind in dict.fromkeys(kind for kind, _ in pictures):  # a blocked folder fails now, before any file is written
@@ -172,8 +174,7 @@ def _write_files(
         for kind, record in pictures:
             _write_picture(record, out / "png" / kind, colormap, scaling)
             tell(f"png/{kind}/{file_stem(record.key)}.png")
-        manifest = build_manifest(result, loaded, image=image, kinds=kinds, tree=tree)
-        manifest.update(extra or {})
+        manifest = describe()
         text = json.dumps(manifest, indent=2)
         for future, save in reversed(handed):  # what the helper has not started yet, this thread writes itself
             if future.cancel():
@@ -221,7 +222,20 @@ def build_manifest(
     image: str,
     kinds: tuple[str, ...],
     tree: Sequence[ModuleInfo] | None = None,
+    edits: Sequence[str] = (),
+    compared: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict:
+    """What manifest.json says about ``result``, a run of ``loaded`` on ``image`` with hooks of ``kinds``: the
+    model, the input and its preprocessing, the target, the top-5 predictions, the timings, the hook kinds and the
+    archives they went to, why a gradient hook got nothing, NaN and inf, and every module with its records.
+
+    ``extra`` is added next (a video frame's source). ``edits``: the specs of the edits the run had on (``zero:PATH:3``,
+    as ``--edit`` takes them); with any, the manifest records them and, unless the run was not ``compared`` with one
+    without them (``capture_run(..., baseline=True)``; a batch's runs are not), ``prediction_changes``: each top-5
+    class's probability with and without the edits and the change (empty when the model gives no class scores).
+    The window's whole-run export, ``hookscope export`` and a batch all write their manifests with this.
+    """
     records_by_path: dict[str, list[dict]] = {}
     for r in result.records:
         records_by_path.setdefault(r.path, []).append(
@@ -245,7 +259,7 @@ def build_manifest(
             "output_shapes": [list(s) for s in run.output_shapes],
             "records": records_by_path.get(node.path, []),
         }
-    return {
+    manifest = {
         "model": loaded.describe(),
         "image": image,
         "device": result.device,
@@ -263,6 +277,16 @@ def build_manifest(
         "non_finite": numeric_report(loaded.module, result).describe(),
         "modules": modules,
     }
+    manifest.update(extra or {})
+    if edits:
+        manifest["edits"] = list(edits)
+        if compared:
+            manifest["prediction_changes"] = [
+                {"index": c.index, "label": c.label, "probability": c.probability, "without_edits": c.before,
+                 "change": c.delta}
+                for c in prediction_changes(result)
+            ]  # fmt: skip
+    return manifest
 
 
 def _target_record(result: RunResult) -> dict:

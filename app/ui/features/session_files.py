@@ -381,6 +381,8 @@ class SessionFilesFeature(QObject):
         kinds = tuple(kind for kind in KNOWN_KINDS if kind in ticked)
         default = space.default_settings
         image = outcome.image.path or outcome.image.name
+        # the edits on, as the predictions' changes show them (the run compared itself with one without them)
+        edits = [edit.spec for edit in space.registry.enabled_edits()] if space.registry is not None else []
         work = partial(
             write_run,
             outcome.result,
@@ -391,6 +393,7 @@ class SessionFilesFeature(QObject):
             png=True,
             colormap=default.colormap,
             scaling=default.scaling,
+            edits=edits,
         )
         # Beside the runs: it reads a finished run's result, which no run changes.
         self._export = space.submit(f"export run to {folder}", work)
