@@ -23,6 +23,8 @@ from app.core.engine.hooks import TENSOR
 from app.core.engine.tree import survey
 from app.core.teaching import lessons as lessons_module
 from app.core.teaching.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
+from app.core.teaching.lessons import base as lesson_base
+from app.core.teaching.lessons import tensor as tensor_lessons
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -279,7 +281,7 @@ def test_a_lesson_that_raises_still_removes_its_hooks(resnet18, x, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("the device fell over")
 
-    monkeypatch.setattr(lessons_module, "capture_run", broken)
+    monkeypatch.setattr(lesson_base, "capture_run", broken)
     result = lesson("backward-grad-input").run(resnet18, x)  # its reading hook and edit are on when the run breaks
     assert not result.ok and result.error == "RuntimeError: the device fell over"
     assert result.summary == "error: RuntimeError: the device fell over"
@@ -401,7 +403,7 @@ def test_run_all_without_trust_or_with_a_bad_size_is_one_line(tmp_path, capsys):
 
 
 def test_run_all_exits_1_when_a_lesson_fails(monkeypatch, capsys):
-    original = lessons_module._tensor_scale
+    original = tensor_lessons._tensor_scale
 
     def wrong(setting, hooks):
         outcome = original(setting, hooks)

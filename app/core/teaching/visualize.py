@@ -37,6 +37,7 @@ import torch
 from PIL import Image
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.hooks import RemovableHandle
 
 from app.core.common.errors import HookscopeError
 from app.core.engine.blame import model_pass
@@ -275,7 +276,7 @@ class LayerTap:
         self.output: torch.Tensor | None = None
         self._owner: int | None = None
         self._armed = False  # only inside run(): a bare timing pass on the same thread goes through untouched
-        self._handle = None
+        self._handle: RemovableHandle | None = None
 
     def __enter__(self) -> LayerTap:
         self._owner = threading.get_ident()
