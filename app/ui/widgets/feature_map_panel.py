@@ -33,6 +33,7 @@ from superqt import QElidingLabel
 
 from app.core.common.resources import COLORMAPS, colormap_lut
 from app.core.engine.numeric import count_non_finite
+from app.core.pictures.ab import view_of
 from app.core.pictures.panels import KIND_LABELS, VIEWS, PanelPicture, PanelSettings
 from app.core.pictures.views import shape_text
 from app.ui.state.rendering import rendered_for
@@ -450,7 +451,7 @@ class FeatureMapPanel(QFrame):
         re-elides and re-lays it out: with 40 panels that is milliseconds of the GUI thread per run)."""
         kind = picture.channels.kind
         noun = {"maps": "maps", "vector": "values", "scalar": "value"}[kind]
-        grad = "A − B · " if getattr(picture, "view", "A") == "diff" else "|grad| · " if picture.is_gradient else ""
+        grad = "A − B · " if view_of(picture) == "diff" else "|grad| · " if picture.is_gradient else ""
         note = picture.channels.note
         texts = (
             f"{grad}{shape_text(picture.shape)} · {picture.channel_count} {noun}",
