@@ -9,7 +9,10 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (tests/conftest.py does it too)
 
+import threading  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -20,6 +23,7 @@ import weights_server  # noqa: E402
 from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool  # noqa: E402
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.core.models.weights import WEIGHTS_URL_ENV  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
@@ -39,18 +43,59 @@ def private_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
 THREAD_GRACE_MS = 10_000
 
 
-@pytest.fixture(autouse=True)
-def no_thread_left_running() -> Iterator[None]:
-    """Fail a test that leaves a worker running after its windows closed (as napari's fixture does).
+def _visible_windows() -> list[QWidget]:
+    """Top-level widgets on screen (windows, dialogs, menus, floating docks), tooltips aside (Qt's own, they go by
+    themselves)."""
+    return [w for w in QApplication.topLevelWidgets() if w.isVisible() and w.metaObject().className() != "QTipLabel"]
 
-    A closing window waits only a bounded time for its worker (``CLOSE_WAIT_MS``: it must close in under 2 s
-    whatever the worker does), so a run may still be stopping when the test ends: it gets ``THREAD_GRACE_MS``. A
-    thread still running after that is stuck or leaked, and fails the test."""
+
+def _python_threads() -> set[threading.Thread]:
+    """Threads started from Python that are alive. A pool thread that ran Python code is listed by ``threading``
+    as a ``_DummyThread`` for good, alive or not: the thread pool is asked about those."""
+    return {t for t in threading.enumerate() if t.is_alive() and not isinstance(t, threading._DummyThread)}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(qapp) -> Iterator[None]:
+    """Fail a test that leaves something running or showing after it (as napari's fixtures do): a worker on the
+    thread pool, a Python thread it started, a window, dialog or menu still on screen.
+
+    Widgets a test hands to ``qtbot.addWidget`` are closed before this looks (pytest-qt closes them first). A closing
+    window waits only a bounded time for its workers (``CLOSE_WAIT_MS``: it must close in under 2 s whatever the
+    worker does), so a run may still be stopping when the test ends: threads get ``THREAD_GRACE_MS`` to end. One
+    still running after that is stuck or leaked."""
+    windows_before = set(_visible_windows())
+    threads_before = _python_threads()
     yield
     pool = QThreadPool.globalInstance()
     pool.waitForDone(THREAD_GRACE_MS)
     active = pool.activeThreadCount()
     assert active == 0, f"{active} worker thread(s) still running {THREAD_GRACE_MS / 1000:.0f} s after the test"
+    deadline = time.monotonic() + THREAD_GRACE_MS / 1000
+    left = _python_threads() - threads_before
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = {t for t in left if t.is_alive()}
+    assert not left, (
+        f"thread(s) still running {THREAD_GRACE_MS / 1000:.0f} s after the test: {sorted(t.name for t in left)}"
+    )
+    QApplication.processEvents()
+    shown = [w for w in _visible_windows() if w not in windows_before]
+    for widget in shown:
+        widget.close()  # not into the next test
+    assert not shown, "left on screen after the test: " + ", ".join(
+        f"{type(w).__name__} {w.objectName() or w.windowTitle()!r}" for w in shown
+    )
+
+
+@contextmanager
+def no_run_asked(space) -> Iterator[None]:
+    """Assert that what the block does asks for no run and no load: the workspace's generation, which every request
+    bumps at once (before its debounce), is what it was. Instead of waiting a while and finding the results on
+    screen unchanged, which passes as well when the wait was too short."""
+    before = space.generation
+    yield
+    assert space.generation == before, f"a run or load was asked for (generation {before} -> {space.generation})"
 
 
 @pytest.fixture

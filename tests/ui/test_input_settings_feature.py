@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import no_run_asked
 from PySide6.QtCore import Qt
 
 from app.core.engine.pipeline import ModelSource, open_model
@@ -53,8 +54,8 @@ def test_input_settings_change_what_the_model_is_fed(inputs, workspace, host, qt
     # Cancel changes nothing and runs nothing
     monkeypatch.setattr(inputs, "ask_input", lambda loaded: None)
     previous = workspace.last
-    inputs.button.click()
-    qtbot.wait(50)
+    with no_run_asked(workspace):
+        inputs.button.click()
     assert workspace.last is previous and workspace.loaded.preprocess.crop == 160
 
 
@@ -77,8 +78,8 @@ def test_the_input_dialog_reads_and_checks_its_values(qtbot):
     own = custom_preprocess()
     dialog = InputDialog(own, own, model_channels=3)
     qtbot.addWidget(dialog)
-    assert dialog.size.value() == 224 and dialog.mean.text() == "0.485, 0.456, 0.406"
-    dialog.size.setValue(96)
+    assert dialog.size_box.value() == 224 and dialog.mean.text() == "0.485, 0.456, 0.406"
+    dialog.size_box.setValue(96)
     dialog.channels.setCurrentIndex(dialog.channels.findData(1))
     assert "3 channel(s)" in dialog.message.text()  # the model's first convolution wants RGB
     dialog.mean.setText("0.5")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import no_run_asked
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox, QMenu
 
@@ -65,6 +66,7 @@ def test_it_contributes_a_dock_an_action_and_menu_entries(feature, workspace, ho
     assert isinstance(feature.dialog, EditDialog) and feature.dialog.kind == "zero"
     assert feature.dialog.parent() is host.dialog_parent()
     assert feature.rows() == [] and not feature.clear_button.isEnabled()
+    feature.dialog.reject()  # not left on screen
 
 
 def test_switching_off_a_channel_from_the_tile_menu_then_switching_and_removing_it(
@@ -121,12 +123,11 @@ def test_scale_input_from_the_module_menu_doubles_a_bias_free_convolution(featur
 
 def test_an_edit_the_engine_refuses_is_an_error_and_adds_nothing(feature, workspace, qtbot) -> None:
     before, handles = workspace.last, workspace.registry.handle_count()
-    with qtbot.waitSignal(workspace.error, timeout=5000) as blocker:
+    with no_run_asked(workspace), qtbot.waitSignal(workspace.error, timeout=5000) as blocker:
         assert feature.add_edit(Intervention("zero", PATH, channels=(99,))) is None
     assert blocker.args[0] == "layer1.0.conv1 has 64 channels; channel 99 does not exist."
     assert workspace.registry.edits() == [] and workspace.registry.handle_count() == handles
     assert feature.rows() == []
-    qtbot.wait(200)
     assert workspace.last is before  # nothing re-ran
 
 

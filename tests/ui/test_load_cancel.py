@@ -3,7 +3,7 @@
 Real ``model.py`` files whose ``build()`` (or ``forward``) waits for a release file: Cancel returns to the previous
 model and its results at once, another model can be chosen and images run meanwhile, and the window closes in under
 2 s; a real process with such a worker ends. Every test releases its stuck thread at the end, so no thread leaks
-(``no_thread_left_running`` checks).
+(``nothing_left_behind`` checks).
 """
 
 from __future__ import annotations

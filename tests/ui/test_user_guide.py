@@ -35,6 +35,9 @@ class Shell(QWidget):
     def show_status(self, message: str, msecs: int = 5000) -> None:
         self.statuses.append(message)
 
+    def dialog_parent(self) -> QWidget:
+        return self
+
 
 def _built_site(tmp_path: Path) -> Path:
     index = tmp_path / "resources" / "guide" / "index.html"

@@ -183,7 +183,9 @@ def test_a_superseded_run_never_reaches_the_panels(
     assert window.workspace.generation > first_generation
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    qtbot.wait(200)  # anything the first run might still deliver
+    # The runner runs one job at a time: whatever the first run delivers came before the second started; and the
+    # run on screen is the newest asked for (no other is on its way).
+    assert window.workspace.applied_generations[-1] == window.workspace.generation
     assert first_generation not in window.workspace.applied_generations
     assert finished == [window.workspace.generation]
     if runs_to_the_end:
@@ -285,7 +287,9 @@ def test_tick_every_module_of_a_type_in_one_run(window: MainWindow, qtbot) -> No
     window.run_finished.connect(lambda: finished.append(1))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.tree_model.set_ticked([(p, "forward") for p in convs], True)
-    qtbot.wait(150)
+        asked = window.workspace.generation
+    # one run asked for, and it is the one on screen: no other is on its way
+    assert window.workspace.applied_generations[-1] == asked == window.workspace.generation
     assert len(finished) == 1
     for path in convs:
         assert window.workspace.registry.has(path, "forward")

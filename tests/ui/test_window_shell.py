@@ -11,6 +11,7 @@ from app.core.common.resources import sample_image
 from app.core.engine.devices import unavailable_devices
 from app.core.models.catalogue import default_weights_file
 from app.ui.actions.builtin import image_folder
+from app.ui.host import Host
 
 
 def all_actions(menu: QMenu) -> list[QAction]:
@@ -65,3 +66,36 @@ def test_the_open_dialog_never_starts_inside_the_installation() -> None:
     assert os.path.isdir(start)
     assert not os.path.abspath(sample_image()).startswith(os.path.abspath(start) + os.sep + "app")
     assert os.path.dirname(os.path.abspath(sample_image())) != os.path.abspath(start)
+
+
+def test_the_window_and_the_tests_fake_host_are_checked_hosts(window, host) -> None:
+    """``Host`` is a runtime-checkable protocol: the window and the fake host the feature tests use both have every
+    member a feature may call, so neither drifts from it."""
+    assert isinstance(window, Host)
+    assert isinstance(host, Host)
+
+    class Partial:  # a host missing what a popped-out panel needs
+        show_dialogs = remembers = False
+
+        def add_dock(self, spec, widget): ...
+
+    assert not isinstance(Partial(), Host)
+
+
+def test_a_popped_out_panel_is_in_the_view_menu_until_it_goes_back(window, qtbot) -> None:
+    """Popped out through ``Host.add_dock``, a panel's dock is listed in View like every dock: closed, or hidden
+    from there, it is not lost."""
+    panel = window.panel_area.panels[("forward", "layer4.1.conv2")]
+    dock = window.panel_area.pop_out(panel)
+    assert dock is not None and dock.isFloating() and dock.widget() is panel
+    view = {a.text(): a for a in all_actions(window.menus.menu("View"))}
+    assert dock.windowTitle() in view and view[dock.windowTitle()].isChecked()
+    assert window.dock(dock.objectName()) is dock
+    view[dock.windowTitle()].trigger()  # View > the panel: off, so the panel goes back to its card
+    assert window.panel_area.holds(panel) and panel.ident not in window.panel_area.docks
+    assert dock.windowTitle() not in [a.text() for a in all_actions(window.menus.menu("View"))]
+    again = window.panel_area.pop_out(panel)  # and out again: one entry, not two
+    titles = [a.text() for a in all_actions(window.menus.menu("View"))]
+    assert titles.count(again.windowTitle()) == 1
+    again.close()
+    assert window.panel_area.holds(panel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Protocol
 
 from PySide6.QtCore import QStandardPaths, Qt, QUrl
@@ -62,6 +63,8 @@ class Shell(Protocol):
 
     def focus_filter(self) -> None: ...
 
+    def dialog_parent(self) -> QWidget: ...
+
 
 def image_folder(remembers: bool) -> str:
     """Where the Open dialog starts: the last folder used, else the user's Pictures folder, else home; never the
@@ -77,7 +80,7 @@ def image_folder(remembers: bool) -> str:
 def open_image_dialog(shell: Shell) -> None:
     patterns = " ".join(f"*{suffix}" for suffix in sorted(IMAGE_SUFFIXES))
     paths, _ = QFileDialog.getOpenFileNames(
-        shell, "Open images", image_folder(shell.remembers), f"Images ({patterns});;All files (*)"
+        shell.dialog_parent(), "Open images", image_folder(shell.remembers), f"Images ({patterns});;All files (*)"
     )
     if paths:
         if shell.remembers:
@@ -89,7 +92,7 @@ def screenshot_dialog(shell: Shell) -> None:
     start = os.path.join(
         last_folder(SCREENSHOT_FOLDER, shell.remembers, image_folder(shell.remembers)), "hookscope.png"
     )
-    path, _ = QFileDialog.getSaveFileName(shell, "Save window screenshot", start, "PNG (*.png)")
+    path, _ = QFileDialog.getSaveFileName(shell.dialog_parent(), "Save window screenshot", start, "PNG (*.png)")
     if path:
         remember_folder(SCREENSHOT_FOLDER, path, shell.remembers)
         if not shell.save_screenshot(path):
@@ -116,7 +119,7 @@ def open_user_guide(shell: Shell) -> None:
     Markdown in a checkout, else a note on where to find it."""
     guide = find_guide()
     if guide is None:
-        inform(shell, "User guide", NO_GUIDE)
+        inform(shell.dialog_parent(), "User guide", NO_GUIDE)
         return
     if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide.path))):
         shell.show_error(f"Could not open the user guide: no program opens '{guide.path}' on this desktop.")
@@ -189,9 +192,13 @@ def builtin_actions(shell: Shell) -> list[ActionSpec]:
             tooltip="Open the user guide (offline copy) in your browser",
         ),
         ActionSpec(
-            "help.hooks", "The hooks behind the ticks", "Help", lambda: inform(shell, "Hooks", HOOKS_HELP), group=10
+            "help.hooks",
+            "The hooks behind the ticks",
+            "Help",
+            lambda: inform(shell.dialog_parent(), "Hooks", HOOKS_HELP),
+            group=10,
         ),
-        ActionSpec("help.about", "About Hookscope", "Help", lambda: show_about(shell), group=90),
+        ActionSpec("help.about", "About Hookscope", "Help", lambda: show_about(shell.dialog_parent()), group=90),
     ]
     for field, title, choices in (
         ("colormap", "Colormap (all panels)", {name: name for name in COLORMAPS}),
@@ -201,7 +208,7 @@ def builtin_actions(shell: Shell) -> list[ActionSpec]:
         menu = f"View/{title}"
         specs.append(ActionSpec(menu, title, "View", group=10, order=len(specs)))
         specs += [
-            ActionSpec(f"view.{field}.{key}", label, menu, lambda f=field, k=key: space.set_all(f, k), order=n)
+            ActionSpec(f"view.{field}.{key}", label, menu, partial(space.set_all, field, key), order=n)
             for n, (key, label) in enumerate(choices.items())
         ]
     return specs

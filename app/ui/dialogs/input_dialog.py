@@ -47,9 +47,9 @@ class InputDialog(QDialog):
         self._own = own
         self._model_channels = model_channels
         self.result_preprocess: Preprocess | None = None
-        self.size = QSpinBox()
-        self.size.setRange(8, 4096)
-        self.size.setSuffix(" px")
+        self.size_box = QSpinBox()
+        self.size_box.setRange(8, 4096)
+        self.size_box.setSuffix(" px")
         self.channels = QComboBox()
         self.channels.addItem("3 (RGB)", 3)
         self.channels.addItem("1 (grayscale)", 1)
@@ -71,7 +71,7 @@ class InputDialog(QDialog):
         self.message.setObjectName("muted")
         self.message.setWordWrap(True)
         form = QFormLayout()
-        form.addRow("Input size", self.size)
+        form.addRow("Input size", self.size_box)
         form.addRow("Channels", self.channels)
         form.addRow("Crop fraction", self.crop)
         form.addRow("Resize", self.interpolation)
@@ -91,7 +91,7 @@ class InputDialog(QDialog):
         self.show_values(preprocess)
 
     def show_values(self, preprocess: Preprocess) -> None:
-        self.size.setValue(preprocess.crop)
+        self.size_box.setValue(preprocess.crop)
         self.channels.setCurrentIndex(self.channels.findData(preprocess.channels))
         self.crop.setValue(preprocess.crop / preprocess.resize if preprocess.resize else 1.0)
         self.interpolation.setCurrentText(preprocess.interpolation)
@@ -114,7 +114,7 @@ class InputDialog(QDialog):
         channels = int(self.channels.currentData())
         mean, std = parse_numbers(self.mean.text()), parse_numbers(self.std.text())
         return custom_preprocess(
-            size=self.size.value(),
+            size=self.size_box.value(),
             mean=mean or None,
             std=std or None,
             channels=channels,

@@ -9,17 +9,23 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QAbstractButton, QMessageBox, QWidget
 
 from app.core.models.files import split_factory
 
 SHOWN_OBJECTS = 12  # the imports listed before "… and N more"
 
 
-def trust_box(path: str, objects: tuple[str, ...], parent: QWidget | None = None) -> QMessageBox:
+class TrustBox(QMessageBox):
+    """The question; ``trust_button`` is the one that says yes."""
+
+    trust_button: QAbstractButton
+
+
+def trust_box(path: str, objects: tuple[str, ...], parent: QWidget | None = None) -> TrustBox:
     """The question for ``path`` (a file, or ``model.py:build``); ``box.trust_button`` is the one that says yes."""
     file, factory = split_factory(path)
-    box = QMessageBox(parent)
+    box = TrustBox(parent)
     box.setIcon(QMessageBox.Icon.Warning)
     box.setWindowTitle("Run code from this file?")
     box.setTextFormat(Qt.TextFormat.RichText)

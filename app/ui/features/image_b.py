@@ -11,6 +11,7 @@ order > by difference A − B. A B that cannot be read is dropped after its erro
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
@@ -152,7 +153,7 @@ class ImageBFeature:
                     f"view.image_b.{view}",
                     title,
                     VIEW_MENU,
-                    lambda v=view: self.show_view_everywhere(v),
+                    partial(self.show_view_everywhere, view),
                     group=10,
                     order=order,
                     tooltip=f"Every panel shows {title} while image B is set",

@@ -163,8 +163,7 @@ class InterventionsFeature:
     def rows(self) -> list[tuple[int, bool, str, str]]:
         """(edit id, on, description, spec) per row, as shown."""
         result = []
-        for n in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(n)
+        for item in self._items():
             result.append(
                 (
                     int(item.data(ON, Qt.ItemDataRole.UserRole)),
@@ -176,11 +175,15 @@ class InterventionsFeature:
         return result
 
     def item_of(self, edit_id: int) -> QTreeWidgetItem | None:
-        for n in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(n)
+        for item in self._items():
             if item.data(ON, Qt.ItemDataRole.UserRole) == edit_id:
                 return item
         return None
+
+    def _items(self) -> list[QTreeWidgetItem]:
+        """The rows, top to bottom."""
+        items = [self.tree.topLevelItem(n) for n in range(self.tree.topLevelItemCount())]
+        return [item for item in items if item is not None]
 
     def refresh(self) -> None:
         """Follow the registry: rows updated in place while the edits are the same (a switch), else rebuilt."""
@@ -204,8 +207,8 @@ class InterventionsFeature:
                 # Later, not inside the click: removing rebuilds the list, and with it this button.
                 remove.clicked.connect(lambda *_, i=edit_id: QTimer.singleShot(0, lambda: self.remove_edit(i)))
                 self.tree.setItemWidget(item, REMOVE, remove)
-        for n, (edit_id, edit, info) in enumerate(edits):
-            self._fill(self.tree.topLevelItem(n), edit_id, edit, info)
+        for item, (edit_id, edit, info) in zip(self._items(), edits):
+            self._fill(item, edit_id, edit, info)
         self.tree.blockSignals(False)
         self.clear_button.setEnabled(bool(edits))
 

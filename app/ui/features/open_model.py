@@ -190,7 +190,7 @@ class ModelFilesFeature(QObject):
                 # Which architectures fit, found here rather than in the question: it builds a few (on the meta
                 # device) and reads the file again.
                 try:
-                    error.fits = architectures_that_fit(error.path)  # type: ignore[attr-defined]
+                    error.fits = architectures_that_fit(error.path or spec)  # type: ignore[attr-defined]
                 except Exception:  # noqa: BLE001  (only a hint: the question is asked without it, never lost)
                     error.fits = []  # type: ignore[attr-defined]
                 raise
@@ -216,20 +216,21 @@ class ModelFilesFeature(QObject):
         return False  # a bug: the workspace shows it with its traceback on stderr
 
     def _answer_architecture(self, source: ModelSource, error: ArchitectureRequired) -> None:
-        answer = self.ask_architecture(error.path, error.keys, list(getattr(error, "fits", [])))
+        spec = _spec(source)
+        path = error.path or spec
+        answer = self.ask_architecture(path, error.keys, list(getattr(error, "fits", [])))
         if answer is None:
-            self._refuse(f"{Path(error.path).name} was not opened: no architecture was chosen.")
+            self._refuse(f"{Path(path).name} was not opened: no architecture was chosen.")
             return
         arch, non_strict = answer
-        self.open(source.file, arch, source.trust, strict=not non_strict)
+        self.open(spec, arch, source.trust, strict=not non_strict)
 
     def _answer_trust(self, source: ModelSource, error: TrustRequired) -> None:
-        if self.ask_trust(error.path, error.objects):
-            self.open(source.file, source.arch, trust=True, strict=source.strict)
+        spec = _spec(source)
+        if self.ask_trust(error.path or spec, error.objects):
+            self.open(spec, source.arch, trust=True, strict=source.strict)
         else:
-            self._refuse(
-                f"{split_factory(source.file)[0].name} was not opened: it would run code, and it was not trusted."
-            )
+            self._refuse(f"{split_factory(spec)[0].name} was not opened: it would run code, and it was not trusted.")
 
     def _refuse(self, message: str) -> None:
         self.host.show_error(message, dialog=False)
@@ -277,3 +278,9 @@ class ModelFilesFeature(QObject):
         text = json.dumps(entry, sort_keys=True)
         entries = [text] + [e for e in read_list(app_settings(), RECENT_MODELS_KEY) if e != text]
         app_settings().setValue(RECENT_MODELS_KEY, entries[:RECENT_LIMIT])
+
+
+def _spec(source: ModelSource) -> str:
+    """The file (or ``model.py:build``) a model file's source opens: ``open`` always gives one."""
+    assert source.file is not None
+    return source.file

@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import torch
 from PySide6.QtCore import QObject, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
@@ -224,6 +225,7 @@ class ScanFeature(QObject):
             self._end("cancelled", "Scan cancelled before it started.")
             return
         folder, modules, live = self._request
+        assert isinstance(outcome, torch.nn.Module)  # copy_without_hooks's
         loaded = replace(live, module=outcome)
         settings = ScanSettings(modules, top=TOP, batch_size=BATCH_SIZE, boxes=False)
         device = self.workspace.device

@@ -270,7 +270,7 @@ class SessionFilesFeature(QObject):
         return False  # a bug: the workspace shows it, with its traceback on stderr
 
     def _answer_trust(self, session: Session, problems: list[str], error: TrustRequired) -> None:
-        if self.ask_trust(error.path, error.objects):
+        if self.ask_trust(error.path or "", error.objects):  # a TrustRequired names its file
             self._load(session, problems, trust=True)
             return
         line = (

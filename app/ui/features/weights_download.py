@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
+from typing import TypeGuard
 
 import torchvision
 from PySide6.QtCore import QObject, Qt, Signal
@@ -90,7 +91,7 @@ def transfer_text(done: int, total: int | None, speed: float) -> str:
     return f"{amount} · {speed / 1e6:.1f} MB/s"
 
 
-def missing_weights(loaded: LoadedModel | None, asked: str) -> bool:
+def missing_weights(loaded: LoadedModel | None, asked: str) -> TypeGuard[LoadedModel]:
     """Whether ``loaded`` runs with random weights although its pretrained ones were asked for (``asked``)."""
     return (
         loaded is not None and asked == "default" and loaded.source in ("catalogue", "timm") and not loaded.pretrained

@@ -111,7 +111,9 @@ def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | Non
     height, width = arrangement.size
     shown = fitted_size(width, height, fit)
     step = max(1, min(width // shown[0], height // shown[1]))
-    pixels = colour(nearest(arrangement.sampled(step), shown), lut)
+    sampled = arrangement.sampled(step)
+    assert sampled is not None  # a map's arrangement: render_mosaic is never asked for a vector's
+    pixels = colour(nearest(sampled, shown), lut)
     return RenderedMosaic(arrangement, lut, pixels, pixels.shape == (height, width))
 
 

@@ -301,7 +301,7 @@ class PictureRequest:
 class PictureOutcome:
     outcome: RunOutcome  # the run they belong to: dropped when another run is on screen by then
     pictures: list[PanelPicture]
-    views: dict[tuple[str, str], dict[str, PanelPicture]]  # with image B: each record's A / B / A − B views
+    views: Mapping[tuple[str, str], Mapping[str, PanelPicture]]  # with image B: each record's A / B / A − B views
     prepare_ms: float
 
 

@@ -25,7 +25,7 @@ def read_list(settings: QSettings, key: str) -> list[str]:
         return []
     if isinstance(value, str):
         return [value] if value else []
-    return [str(v) for v in value]
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
 
 
 def settings_folder() -> Path:

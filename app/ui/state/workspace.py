@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import cast
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
@@ -24,7 +25,7 @@ from app.core.common.errors import DeviceError, HookscopeError, ImageError, RunE
 from app.core.common.resources import sample_image
 from app.core.engine.capture import check_target
 from app.core.engine.devices import available_devices
-from app.core.engine.hooks import GRADIENT_KINDS, HookInfo, HookRegistry
+from app.core.engine.hooks import GRADIENT_KINDS, HookInfo, HookKind, HookRegistry
 from app.core.engine.interventions import Intervention
 from app.core.engine.objectives import parse_target
 from app.core.engine.tree import NOT_RUN_REASON, ModuleInfo, module_tree
@@ -170,10 +171,12 @@ class Workspace(QObject):
         """A load or run is running, asked for or waiting, or an exclusive task is (what the busy bar shows)."""
         return not self._closing and (self.scheduler.busy or self.tasks.busy)
 
-    def _on_runs_busy(self, _busy: bool) -> None:
-        if not self.scheduler.busy:
+    def _on_runs_busy(self, busy: bool) -> None:
+        # The scheduler's word, not its ``busy`` recomputed: asking for a frame's run says True just before it
+        # submits the run, while nothing runs yet.
+        if not busy and not self.scheduler.busy:
             self.tasks.runs_idle_now()  # an exclusive task waiting for the runs starts first
-        self.busy_changed.emit(self.busy)
+        self.busy_changed.emit(not self._closing and (busy or self.tasks.busy))
 
     # ======================================================================================== background ====
     def submit(self, label: str, work: Callable[[], object], exclusive: bool = False) -> Task:
@@ -322,9 +325,11 @@ class Workspace(QObject):
         """The interventions move to the new model where their module exists, on or off as they were (as ticks
         do); the status message's part about them."""
         carried, dropped = 0, []
+        registry = self.registry
+        assert registry is not None  # the new model's, made just before
         for edit in edits:
             try:
-                self.registry.add_edit(edit)
+                registry.add_edit(edit)
                 carried += 1
             except HookscopeError as error:  # no such module in the new model
                 dropped.append(f"{edit.spec} ({error})")
@@ -360,7 +365,7 @@ class Workspace(QObject):
         return {(h.path, h.kind) for h in self.registry.handles()}
 
     def is_ticked(self, path: str, kind: str) -> bool:
-        return self.registry is not None and self.registry.has(path, kind)
+        return self.registry is not None and self.registry.has(path, hook_kind(kind))
 
     def set_ticked(self, pairs: Iterable[tuple[str, str]], ticked: bool) -> list[HookChange]:
         """Register (or remove) the hooks of many (path, kind) pairs at once; one announcement, one run."""
@@ -368,7 +373,8 @@ class Workspace(QObject):
             return []
         known = set(self.registry.paths)
         changes: list[HookChange] = []
-        for path, kind in pairs:
+        for path, name in pairs:
+            kind = hook_kind(name)
             if path not in known or self.registry.has(path, kind) == ticked:
                 continue
             if ticked:
@@ -464,7 +470,7 @@ class Workspace(QObject):
             edits = [edit for _, edit, _ in self.registry.edits()]  # the interventions move with the ticks
             self.registry.clear()
             for path, kind in sorted(pairs):
-                self.registry.add(path, kind)
+                self.registry.add(path, hook_kind(kind))
             for edit in edits:
                 try:
                     self.registry.add_edit(edit)  # on or off as it was
@@ -736,6 +742,12 @@ class Workspace(QObject):
         self.scheduler.shutdown()
         if self.registry is not None:
             self.registry.clear()
+
+
+def hook_kind(kind: str) -> HookKind:
+    """A kind as the views name it ("forward", "tensor"…), as the registry types it: one of its ``KINDS`` (the
+    registry itself refuses any other)."""
+    return cast(HookKind, kind)
 
 
 def target_text(target: object) -> int | str:

@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
+from app.core.engine.objectives import Detection
 from app.ui.widgets.segmentation_legend import class_colours
 
 DEFAULT_THRESHOLD = 0.5
@@ -39,7 +40,7 @@ class Box:
         return f"{self.label} {self.score:.2f}"
 
 
-def boxes_of(detections: Iterable[object]) -> list[Box]:
+def boxes_of(detections: Iterable[Detection]) -> list[Box]:
     """The engine's detections (``RunResult.detections``: box, label index, label text, score) as ``Box``es."""
     boxes = []
     for detection in detections:

@@ -38,7 +38,9 @@ class ModelChooser(QWidget):
         self.model_box.textActivated.connect(self.model_chosen)
         # The box inserts nothing typed (it is a search), so Enter on a name it does not list emits nothing: a Hub
         # name is taken from here.
-        self.model_box.lineEdit().returnPressed.connect(self._on_return)
+        line = self.model_box.lineEdit()
+        assert line is not None  # the box is editable
+        line.returnPressed.connect(self._on_return)
         self.weights_box = QComboBox()
         for key, label in WEIGHT_CHOICES.items():
             self.weights_box.addItem(label, key)

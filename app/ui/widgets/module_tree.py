@@ -9,10 +9,12 @@ the hook is on the live module when ``setData`` returns; the workspace's ``hooks
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from PySide6.QtCore import (
     QAbstractItemModel,
     QModelIndex,
+    QObject,
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
@@ -20,7 +22,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QBrush, QColor, QFont
 
-from app.core.engine.hooks import FALLBACK, HookRegistry
+from app.core.engine.hooks import FALLBACK, HookKind, HookRegistry
 from app.core.engine.tree import NOT_RUN_REASON, ModelSurvey, ModuleInfo
 from app.core.pictures.panels import KIND_LABELS
 from app.core.pictures.views import shape_text
@@ -32,7 +34,12 @@ NAME, INPUTS, ACTIVATIONS, GRADIENTS, GRAD_INPUTS, TYPE, PARAMS, SHAPE = range(8
 # Grad is a tensor hook on the output (exact after in-place ops and under a scale-grad edit on the same module);
 # register_full_backward_hook is kept for what only it gives: grad_input, the Grad in column. (The "backward" kind,
 # a full backward hook's grad_output, stays for the command line's --hooks; sessions that ticked it open as Grad.)
-TICK_KINDS: dict[int, str] = {INPUTS: "pre", ACTIVATIONS: "forward", GRADIENTS: "tensor", GRAD_INPUTS: "grad_input"}
+TICK_KINDS: dict[int, HookKind] = {
+    INPUTS: "pre",
+    ACTIVATIONS: "forward",
+    GRADIENTS: "tensor",
+    GRAD_INPUTS: "grad_input",
+}
 KIND_COLUMNS: dict[str, int] = {kind: column for column, kind in TICK_KINDS.items()}
 HEADERS = ("Module", "In", "Act", "Grad", "Grad in", "Type", "Params", "Output shape")
 # "Grad in" drawn on two lines: four tick columns and 90 px of names fit the Modules dock of a 1024 px window.
@@ -73,7 +80,7 @@ class ModuleTreeModel(QAbstractItemModel):
 
     tick_requested = Signal(object, bool)  # list of (path, kind), ticked
 
-    def __init__(self, parent: QAbstractItemModel | None = None) -> None:
+    def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._nodes: list[ModuleInfo] = []
         self._by_path: dict[str, int] = {}
@@ -165,7 +172,7 @@ class ModuleTreeModel(QAbstractItemModel):
 
     # ---- ticking --------------------------------------------------------------------------------------------
     def is_ticked(self, path: str, kind: str) -> bool:
-        return self._registry is not None and self._registry.has(path, kind)
+        return self._registry is not None and self._registry.has(path, cast(HookKind, kind))
 
     def set_ticked(self, pairs: Iterable[tuple[str, str]], ticked: bool) -> None:
         """Ask for many (path, kind) pairs at once (the context menu's "every Conv2d")."""
@@ -317,7 +324,7 @@ class ModuleTreeModel(QAbstractItemModel):
 class ModuleFilterProxy(QSortFilterProxyModel):
     """Shows modules whose path or type contains the filter text, with their ancestors."""
 
-    def __init__(self, parent: QAbstractItemModel | None = None) -> None:
+    def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._text = ""
         self.setRecursiveFilteringEnabled(True)

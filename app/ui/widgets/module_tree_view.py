@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, cast
 
 from PySide6.QtCore import QAbstractItemModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, Qt, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPen, QResizeEvent
@@ -37,6 +38,11 @@ BOX_OUTLINE = QColor(MUTED)
 BOX_TICKED = QColor(ACCENT)
 
 
+def cell_of(option: QStyleOptionViewItem) -> QRect:
+    """The cell's rectangle (``option.rect``: a field PySide's type stubs leave out)."""
+    return cast(Any, option).rect
+
+
 class TickDelegate(QStyledItemDelegate):
     """The tick columns' cells: a box drawn in the theme's colours, and a click anywhere in the cell toggles it
     (Qt's own delegate answers only on the 13 px box)."""
@@ -49,8 +55,9 @@ class TickDelegate(QStyledItemDelegate):
     ) -> None:
         plain = QStyleOptionViewItem(option)
         self.initStyleOption(plain, index)
-        plain.features &= ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator  # the box is ours
-        widget = option.widget
+        fields: Any = plain  # features, widget, rect: fields PySide's type stubs leave out
+        fields.features &= ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator  # the box is ours
+        widget = fields.widget
         style = widget.style() if widget is not None else None
         if style is not None:
             style.drawControl(QStyle.ControlElement.CE_ItemViewItem, plain, painter, widget)
@@ -58,7 +65,7 @@ class TickDelegate(QStyledItemDelegate):
         if state is None:
             return
         ticked = Qt.CheckState(state) == Qt.CheckState.Checked
-        box = self.box_rect(option.rect)
+        box = self.box_rect(fields.rect)
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         if ticked:
@@ -87,13 +94,13 @@ class TickDelegate(QStyledItemDelegate):
             return (
                 isinstance(event, QMouseEvent)
                 and event.button() == Qt.MouseButton.LeftButton
-                and option.rect.contains(event.position().toPoint())
+                and cell_of(option).contains(event.position().toPoint())
             )
         if kind == QEvent.Type.MouseButtonRelease:
             if not (
                 isinstance(event, QMouseEvent)
                 and event.button() == Qt.MouseButton.LeftButton
-                and option.rect.contains(event.position().toPoint())
+                and cell_of(option).contains(event.position().toPoint())
             ):
                 return False
         elif kind == QEvent.Type.KeyPress:

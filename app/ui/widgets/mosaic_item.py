@@ -20,6 +20,8 @@ zooms the mosaic around the mouse (``MosaicViewBox``, ``ScrollingLayoutWidget``)
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QTransform, QWheelEvent
@@ -100,8 +102,8 @@ class MosaicItem(pg.GraphicsObject):
         painter.drawImage(self._rect, image.qimage)
 
 
-def zooms(event: object) -> bool:
-    """Whether a wheel event (Qt's or pyqtgraph's scene event) asks to zoom: Ctrl is held."""
+def zooms(event: Any) -> bool:
+    """Whether a wheel event (Qt's or pyqtgraph's scene event: ``modifiers()`` both) asks to zoom: Ctrl is held."""
     return bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
 
 

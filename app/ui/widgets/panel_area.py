@@ -96,8 +96,10 @@ class ModuleCard(QFrame):
 
     def title_height(self) -> int:
         """The card's height above and below its panels."""
-        margins = self.layout().contentsMargins()
-        return self.title.sizeHint().height() + self.layout().spacing() + margins.top() + margins.bottom()
+        layout = self.layout()
+        assert layout is not None  # made in __init__
+        margins = layout.contentsMargins()
+        return self.title.sizeHint().height() + layout.spacing() + margins.top() + margins.bottom()
 
     def minimum_width(self) -> int:
         return self.width_for(self.columns)
@@ -131,9 +133,9 @@ class ModuleCard(QFrame):
             kinds = self.kinds
             for n, row in enumerate(self.rows):
                 line, offset = divmod(n, self.per_line)
-                for c, panel in enumerate(row):
-                    if panel is not None:
-                        self._grid.addWidget(panel, line, offset * kinds + c)
+                for c, cell in enumerate(row):
+                    if cell is not None:
+                        self._grid.addWidget(cell, line, offset * kinds + c)
             for column in range(self.columns):
                 self._grid.setColumnStretch(column, 1)
         for panel in self.panels():
@@ -272,8 +274,8 @@ class PanelArea(QScrollArea):
     def view_size(self) -> tuple[int, int] | None:
         """The largest mosaic view among the panels in the area (not popped out), in device pixels (what a run colours mosaics
         at); None before the panels are laid out, and then mosaics are coloured whole."""
-        sizes = [panel.view_size() for ident, panel in self.panels.items() if ident not in self.docks]
-        sizes = [size for size in sizes if size is not None]
+        views = [panel.view_size() for ident, panel in self.panels.items() if ident not in self.docks]
+        sizes = [size for size in views if size is not None]
         if not sizes:
             return None
         return max(w for w, _ in sizes), max(h for _, h in sizes)
@@ -312,6 +314,8 @@ class PanelArea(QScrollArea):
         seen: set[tuple[str, str]] = set()
         covered: set[tuple[str, str]] = set()
         changed = False
+        pair: tuple[str, str]
+        ident: tuple[str, str]
         for record in deferred:
             pair = (record.path, record.kind)
             if pair not in ticked:
@@ -510,10 +514,10 @@ class PanelArea(QScrollArea):
         for ident in in_area:
             by_path.setdefault(self.panels[ident].path, []).append(ident)
         for path in [path for path in self._cards if path not in by_path]:
-            card = self._cards.pop(path)
-            card.hide()
-            card.setParent(None)
-            card.deleteLater()
+            gone = self._cards.pop(path)
+            gone.hide()
+            gone.setParent(None)
+            gone.deleteLater()
         for path, idents in by_path.items():
             card = self._cards.get(path)
             if card is None:
