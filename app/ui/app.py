@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 import types
+from typing import Any, cast
 
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PySide6.QtCore import QEventLoop, QMessageLogContext, QThreadPool, QTimer, QtMsgType, qInstallMessageHandler
@@ -44,7 +45,7 @@ SCREENSHOT_SIZE = (1560, 980)
 Window = MainWindow  # for type hints in the benchmarks, which make windows through ``make_window``
 
 
-def make_window(*args: object, **options: object) -> MainWindow:
+def make_window(*args: Any, **options: Any) -> MainWindow:
     """A main window (the one place outside the shell that knows its class)."""
     return MainWindow(*args, **options)
 
@@ -65,7 +66,8 @@ def _quiet_offscreen_noise(kind: QtMsgType, context: QMessageLogContext, message
     if kind == QtMsgType.QtFatalMsg:
         report_startup_error(qt_fatal_summary(message, _PLATFORM_NOTES), "\n".join([*_PLATFORM_NOTES, message]))
         return
-    if str(context.category or "").startswith("qt.qpa"):
+    category = getattr(context, "category", None)  # a field PySide's type stubs leave out
+    if str(category or "").startswith("qt.qpa"):
         _PLATFORM_NOTES.append(message)
         if "xcb-cursor0 or libxcb-cursor0 is needed" in message and cursor_library_bundled():
             return  # Qt says this whenever xcb fails; this installation has the library, so it is not the cause
@@ -75,7 +77,7 @@ def _quiet_offscreen_noise(kind: QtMsgType, context: QMessageLogContext, message
 
 def application(offscreen: bool = False) -> QApplication:
     """The one QApplication (reused when one exists, as under pytest-qt), themed for Hookscope."""
-    existing = QApplication.instance()
+    existing = cast("QApplication | None", QApplication.instance())  # a QApplication: this one, or pytest-qt's
     if existing is None:
         if offscreen:
             os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -87,7 +89,7 @@ def application(offscreen: bool = False) -> QApplication:
         existing.setApplicationDisplayName("Hookscope")
     configure_pyqtgraph()
     apply_theme(existing)
-    return existing  # type: ignore[return-value]
+    return existing
 
 
 def _check_model(model: str | None) -> str:
@@ -242,8 +244,10 @@ def run_self_test() -> int:
             if empty:
                 problems.append(f"panels left empty: {', '.join(empty)}")
             for panel in filled:
-                image = panel.picture.arrangement.image
-                if panel.picture.channels.kind == "maps" and (image is None or not image.size or not image.any()):
+                picture = panel.picture
+                assert picture is not None  # filled
+                image = picture.arrangement.image
+                if picture.channels.kind == "maps" and (image is None or not image.size or not image.any()):
                     problems.append(f"panel {panel.key} ({panel.kind}) shows a blank mosaic")
             if space.last is None or not space.last.result.top5:
                 problems.append("no predictions were shown")

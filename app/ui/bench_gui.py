@@ -84,9 +84,12 @@ def spread_modules(window: Window, count: int) -> list[str]:
 def _new_data(window: Window) -> list:
     """Give every panel its picture again (as after a run: every mosaic item is told to repaint)."""
     QApplication.processEvents()
-    panels = [panel for panel in window.panel_area.panels.values() if panel.picture is not None]
-    for panel in panels:
-        panel.show_picture(panel.picture)
+    shown = [(panel, panel.picture) for panel in window.panel_area.panels.values()]
+    panels = []
+    for panel, picture in shown:
+        if picture is not None:
+            panel.show_picture(picture)
+            panels.append(panel)
     return panels
 
 
@@ -194,6 +197,7 @@ def compare_channel_counts() -> list[str]:
             panel._view.grab()
             times.append((time.perf_counter() - start) * 1000)
             layout = picture.arrangement.layout
+            assert layout is not None  # a map's picture
             x, y = layout.tile_origin(channels - 1)
             scene = panel._viewbox.mapViewToScene(QPointF(x + 0.5, y + 0.5))
             start = time.perf_counter()
@@ -260,11 +264,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench_gui: {error}", file=sys.stderr)
             return 1
         t = dict(window.last_timings)
-        left = len(window.workspace.last.deferred)
+        last = window.workspace.last
+        assert last is not None  # the run just waited for
+        left = len(last.deferred)
         visible = paint_in_view(window)
         shown = t["prepare_ms"] + t["apply_ms"] + visible
         rows.append((t["forward_ms"] + t["backward_ms"], t["prepare_ms"], t["apply_ms"], visible, shown, stall, left))
-    records = len(window.workspace.last.result.records)
+    final = window.workspace.last
+    assert final is not None
+    records = len(final.result.records)
     panels = len(window.panel_area.panels)
     # The former figure, for comparison: every panel's picture prepared and painted, in view or not.
     space = window.workspace

@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
@@ -40,6 +41,9 @@ from app.system.allocator import keep_freed_memory
 from app.ui.app import _close, wait_for_run
 from app.ui.bench_gui import WINDOW_SIZE, StallMeter, measured_window
 from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, TICK_KINDS
+
+if TYPE_CHECKING:
+    from app.ui.features.live import LiveFeature
 
 RATIO_TARGET = 0.85  # processed / model alone, in the window (issue 26)
 STALL_TARGET_MS = 50.0
@@ -54,7 +58,8 @@ def write_clip(folder: Path, frames: int = 300, fps: float = 30.0, size: tuple[i
 
     path = folder / "bench-clip.mp4"
     width, height = size
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+    fourcc = cv2.VideoWriter_fourcc(*"mp4v")  # type: ignore[attr-defined]  # missing from the stubs
+    writer = cv2.VideoWriter(str(path), fourcc, fps, size)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
     for index in range(frames):
         phase = index / frames * 2 * np.pi
@@ -118,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         space = window.workspace
         loaded = space.loaded
+        assert loaded is not None  # measured_window waited for the first run
         x = frame_input(loaded, first).to(args.device)
         model = loaded.module
         bare_ms(model, x, BARE_WARMUP)
@@ -132,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench_live: {error}", file=sys.stderr)
             return 1
 
-        live = window.features["live"]
+        live = cast("LiveFeature", window.features["live"])
         meter = StallMeter()
         painter = PaintCounter()
         frames: list[tuple[float, dict[str, float], str]] = []  # (time on screen, the run's timings, image name)
@@ -184,7 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         if memory[-1][0] != args.frames:
             memory.append((args.frames, resident_mb() or 0.0))
-        records = len(space.last.result.records)
+        last = space.last
+        assert last is not None  # frames came on screen
+        records = len(last.result.records)
         panels = len(window.panel_area.panels)
         space.untick_all()
         wait_for_run(window)

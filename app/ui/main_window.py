@@ -321,7 +321,7 @@ class MainWindow(QMainWindow):
         self._tile_menus.append(entries)
 
     def add_input_row(self, widget: QWidget) -> None:
-        self.input_panel.layout().addWidget(widget)
+        self.input_panel.add_row(widget)
 
     def add_notice_row(self, widget: QWidget) -> None:
         self._notices.addWidget(widget)
@@ -358,6 +358,7 @@ class MainWindow(QMainWindow):
     # ========================================================================================== the views ====
     def _on_model_changed(self, outcome: LoadOutcome) -> None:
         space = self.workspace
+        assert space.registry is not None  # made with the model
         self.tree_model.set_model(space.nodes, space.registry, outcome.loaded.name)
         self.panel_area.clear()
         self._docks["channel"].setVisible(False)
@@ -388,9 +389,9 @@ class MainWindow(QMainWindow):
         categories = space.loaded.categories if space.loaded else None
         objective = parse_target(space.target)  # the words were checked when the target was set
         self.predictions.show_task(task)
-        classes = result.segmentation if task == "segmentation" else None
+        segmentation = result.segmentation if task == "segmentation" else None
+        classes = np.asarray(segmentation) if segmentation is not None else None
         if classes is not None:
-            classes = np.asarray(classes)
             count = max(len(categories or ()), int(classes.max()) + 1 if classes.size else 1)
             self.input_panel.show_mask(mask_data(classes), mask_lut(count))
             # the run's class: the one named, or the one top1 chose
@@ -479,7 +480,8 @@ class MainWindow(QMainWindow):
             target_text += f": {categories[result.target_index]}"
         classes = int(result.scores.shape[1]) if result.scores is not None else None
         self.predictions.show_predictions(result.top5, result.target_index, target_text, classes)
-        self.predictions.show_changes(prediction_changes(result) if space.registry.enabled_edits() else [])
+        edits = space.registry.enabled_edits() if space.registry is not None else []
+        self.predictions.show_changes(prediction_changes(result) if edits else [])
         comparison = outcome.comparison
         self.predictions.show_side_by_side(
             (outcome.image.name, result.top5, outcome.image_b.name, comparison.result.top5)
@@ -592,7 +594,7 @@ class MainWindow(QMainWindow):
         loaded = self.workspace.loaded
         if name.startswith("hf:"):  # a Hugging Face Hub repo: fetched (with progress) and checked by the load
             if loaded is None or name != loaded.name:
-                self.features["weights_download"].open_hub(name)
+                self.workspace.ask_hub_model(name)
         elif name not in catalogue(include_timm=True):
             self.show_error(f"Unknown model '{name}': choose one from the list.", dialog=False)
             self._sync_chooser()

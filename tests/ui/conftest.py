@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torchvision  # noqa: E402,F401  (torch before Qt, as in the app)
+import tqdm  # noqa: E402
 import weights_server  # noqa: E402
 from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
@@ -41,6 +42,9 @@ def private_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
 
 
 THREAD_GRACE_MS = 10_000
+# tqdm (a progress bar of huggingface_hub or transformers) starts a monitor thread for the rest of the process the
+# first time a bar is made: off, so that it is not taken for a thread the test left behind.
+tqdm.tqdm.monitor_interval = 0
 
 
 def _visible_windows() -> list[QWidget]:

@@ -7,6 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 from PySide6.QtCore import Qt, QThreadPool
 
@@ -23,7 +24,11 @@ def hub(tmp_path, monkeypatch):
     make_timm(tmp_path / "repos" / "timm" / "test_resnet.r160_in1k")
     with serving(HubServer(tmp_path / "repos")) as server:
         use_hub(monkeypatch, server, tmp_path / "hf")
-        yield server
+        try:
+            yield server
+        finally:
+            # The client keeps its connections alive: closed, the server's threads that wait on them end.
+            huggingface_hub.close_session()
 
 
 def type_model(window, qtbot, name: str) -> None:

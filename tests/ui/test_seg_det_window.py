@@ -346,13 +346,19 @@ def test_detection_boxes_follow_the_threshold_and_a_click_sets_box_n(det_window,
 @pytest.fixture
 def clip_hub(tmp_path, monkeypatch):
     """A tiny CLIP (image and text towers) on a Hub served from 127.0.0.1 (tests/hub_server.py)."""
+    import huggingface_hub
+
     from tests.hub_server import HubServer, make_clip, use_hub
     from tests.loopback import serving
 
     make_clip(tmp_path / "repos" / "tiny" / "clip")
     with serving(HubServer(tmp_path / "repos")) as server:
         use_hub(monkeypatch, server, tmp_path / "hf")
-        yield server
+        try:
+            yield server
+        finally:
+            # The client keeps its connections alive: closed, the server's threads that wait on them end.
+            huggingface_hub.close_session()
 
 
 def test_an_embedding_model_takes_the_similarity_to_image_b_and_to_a_text(make_window, qtbot, clip_hub) -> None:

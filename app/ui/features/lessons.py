@@ -45,7 +45,7 @@ from app.core.teaching.lessons import LESSONS, AppSetup, Lesson, LessonResult, P
 from app.ui.actions.specs import ActionSpec
 from app.ui.host import DockSpec, Host
 from app.ui.state.tasks import Task
-from app.ui.state.workspace import Workspace
+from app.ui.state.workspace import Workspace, hook_kind
 from app.ui.widgets.code_view import code_view, notice_label
 
 FEATURE_ID = "lessons"
@@ -300,6 +300,7 @@ class LessonsFeature:
         if chosen.tiny:  # the tiny network is the lesson's own: nothing of the window's is involved
             work = partial(run_lesson, chosen, None, None, None, None, None, None, None)
         else:
+            assert loaded is not None and last is not None  # refused above otherwise
             work = partial(
                 run_lesson,
                 chosen,
@@ -452,7 +453,8 @@ class LessonsFeature:
         if registry is None:
             return 0
         edits = {edit_id for edit_id, _, _ in registry.edits()}
-        return sum(registry.has(path, kind) for path, kind in self.ticked) + sum(e in edits for e in self.edit_ids)
+        ticked = sum(registry.has(path, hook_kind(kind)) for path, kind in self.ticked)
+        return ticked + sum(e in edits for e in self.edit_ids)
 
     @property
     def running(self) -> bool:

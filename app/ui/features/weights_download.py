@@ -173,6 +173,7 @@ class WeightsDownloadFeature(QObject):
         workspace.model_changed.connect(self._on_model_changed)
         workspace.failed.connect(self._on_failed)
         workspace.load_cancelled.connect(self._on_load_cancelled)
+        workspace.hub_model_asked.connect(self.open_hub)
         workspace.on_shutdown(self.shutdown)
         self._show_notice()
 

@@ -80,6 +80,7 @@ class Workspace(QObject):
     """What the window shows and runs on. Methods change it; signals say what changed."""
 
     model_loading = Signal(str)  # a description of what is being loaded
+    hub_model_asked = Signal(str)  # an "hf:ORG/NAME" chosen: the feature that fetches Hub models opens it
     load_cancelled = Signal(str)  # what was being loaded: the load was given up, the previous model stays
     model_changed = Signal(object)  # the LoadOutcome now in use (registry made, ticks and edits carried over)
     hooks_changed = Signal(object)  # list of (path, kind, ticked); [] when edits or a device move changed hooks
@@ -225,6 +226,11 @@ class Workspace(QObject):
         self.model_loading.emit(name)
         self.status.emit(f"Loading {name}…", 0)
         self.scheduler.load(lambda generation: execute_load(LoadRequest(generation, name, weights)))
+
+    def ask_hub_model(self, name: str) -> None:
+        """A model from the Hugging Face Hub (``hf:ORG/NAME``) was chosen: whoever fetches Hub models (with the
+        download's progress) loads it, through ``load_model_with``."""
+        self.hub_model_asked.emit(name)
 
     def load_model_with(
         self, description: str, work: Callable[[], LoadedModel], failed: Callable[[BaseException], bool] | None = None

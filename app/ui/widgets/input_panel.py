@@ -168,6 +168,11 @@ class InputPanel(QWidget):
         self.mask_box.toggled.connect(self._show_mask_item)
         layout.addWidget(self.mask_box)
         layout.addWidget(self._list_box)
+        self._rows = layout
+
+    def add_row(self, widget: QWidget) -> None:
+        """A feature's row under the image (the video bar): below everything the panel has itself."""
+        self._rows.addWidget(widget)
 
     def show_input(self, rgb: np.ndarray, saliency: np.ndarray | None, name: str) -> None:
         shape_changed = self.image_item.image is None or self.image_item.image.shape != rgb.shape
