@@ -86,7 +86,7 @@ def nothing_left_behind(qapp) -> Iterator[None]:
     QApplication.processEvents()
     shown = [w for w in _visible_windows() if w not in windows_before]
     for widget in shown:
-        widget.close()  # not into the next test
+        widget.hide()  # not into the next test (hidden: a message box may refuse close())
     assert not shown, "left on screen after the test: " + ", ".join(
         f"{type(w).__name__} {w.objectName() or w.windowTitle()!r}" for w in shown
     )

@@ -215,6 +215,7 @@ def test_panel_drop_down_menus_change_the_settings(qtbot) -> None:
     assert changed.args[2].scaling == "shared" and panel.picture.settings.scaling == "shared"
     assert panel.scaling_box.text().startswith("shared")
     assert "|grad|" in panel.sort_box._items["mean"]
+    menu.close()  # triggered from code, the menu stays open: not left on screen
 
 
 def test_predictions_of_nan_scores_show_nan_instead_of_failing(qtbot) -> None:

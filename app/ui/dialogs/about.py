@@ -48,7 +48,10 @@ def show_about(parent: QWidget) -> QMessageBox:
     box.setWindowTitle("About Hookscope")
     box.setIconPixmap(app_icon().pixmap(96, 96))
     box.setText(about_html())
-    box.addButton(QMessageBox.StandardButton.Ok)
+    ok = box.addButton(QMessageBox.StandardButton.Ok)
+    # Escape and the title bar's ✕ close it: with a second button a message box finds no escape button by itself
+    # and refuses to close (seen as an About box left open by a test's close()).
+    box.setEscapeButton(ok)
     licences = box.addButton("Licences…", QMessageBox.ButtonRole.ActionRole)
     licences.setObjectName("about.licences")
     licences.clicked.connect(lambda: show_licenses(parent))
