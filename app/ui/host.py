@@ -3,8 +3,9 @@
 A feature is built from the ``Workspace`` (the state it reads and changes) and a ``Host`` (where it shows itself).
 It never imports the main window, never looks for a menu by its label, and never reaches into another feature:
 it contributes docks, actions, context-menu entries, rows under the input image or above the panels, and drop
-handlers, and it listens to the workspace's signals. A test builds a feature from a workspace over a tiny model
-and a fake host, without a window.
+handlers, and it listens to the workspace's signals. Its background work goes through ``Workspace.submit`` and what
+must stop when the window closes through ``Workspace.on_shutdown``. A test builds a feature from a workspace over a
+tiny model and a fake host, without a window.
 """
 
 from __future__ import annotations

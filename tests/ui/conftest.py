@@ -165,7 +165,7 @@ def workspace(qtbot) -> Iterator:
     from app.ui.state.workspace import Workspace
 
     space = Workspace(weights="none", checks=["layer1.0.conv1"])
-    space.view_size = lambda: (300, 300)
+    space.attach_view(lambda: (300, 300))
     with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
         space.start("resnet18", None)
     yield space

@@ -39,7 +39,7 @@ def feature(workspace, host) -> SessionFilesFeature:
 def other(qtbot) -> Iterator[Workspace]:
     """A second workspace (another window), on its default start."""
     space = Workspace(weights="none", checks=["layer4.1.conv2"])
-    space.view_size = lambda: (300, 300)
+    space.attach_view(lambda: (300, 300))
     with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
         space.start("resnet18", None)
     yield space

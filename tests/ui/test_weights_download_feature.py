@@ -27,7 +27,7 @@ RUN_TIMEOUT_MS = 120_000
 def untrained(served, hub, qtbot) -> Iterator[Workspace]:
     """A workspace that asked for SMALL's pretrained weights, which are not in the (empty) cache."""
     space = Workspace(weights="default")
-    space.view_size = lambda: (300, 300)
+    space.attach_view(lambda: (300, 300))
     with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
         space.start(SMALL, None)
     assert not space.loaded.pretrained

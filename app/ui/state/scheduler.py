@@ -1,4 +1,6 @@
-"""The one path from the GUI thread to a worker and back: generations, debounce, apply-or-drop.
+"""The path of model loads and runs from the GUI thread to a worker and back: generations, debounce, apply-or-drop.
+(The features' side work goes through ``Workspace.submit``, ``app.ui.state.tasks``; an exclusive task holds this
+scheduler's runner while it uses the model: ``hold``.)
 
 Every change that makes the results on screen out of date bumps a generation number. A run carries the number it
 was started with; its outcome is handed back only if no newer change happened meanwhile, so a superseded run
