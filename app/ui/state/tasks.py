@@ -14,9 +14,11 @@ for it. Exclusive tasks wait in a queue and run one after another, in the order 
 (the runner's single waiting slot, where a newer job replaces the one waiting, is for runs only). Other tasks start
 at once, beside whatever runs.
 
-Closing (``shutdown``) cancels every task: a waiting one never starts, a running generator stops at its next
-``yield``; a running function is on its own (features pass it a cancel flag it polls). Nothing a task says after
-that reaches the features. The workspace then waits a bounded time for the thread pool (``CLOSE_WAIT_MS``).
+Cancelling a task (``Task.cancel``) drops it if it waits; if it runs, its result is dropped (superqt's ``quit``) and a
+generator stops at its next ``yield``, while a function runs on until it returns (features that want a cancelled
+job's partial result, a scan or a visualization, pass their work a flag of their own instead). Closing
+(``shutdown``) cancels every task, and nothing a task says after that reaches the features; the workspace then
+waits a bounded time for the thread pool (``CLOSE_WAIT_MS``).
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ class Task(QObject):
         return self.state == "ended"
 
     def cancel(self) -> None:
-        """Ask the task to stop: a waiting task never starts (``ended`` comes at once); a running generator stops at
-        its next ``yield`` without a result; a running function runs on, its result or error still delivered."""
+        """Give up on the task: a waiting task never starts (``ended`` comes at once); a running one's result is
+        dropped (a generator stops at its next ``yield``; a function runs on until it returns); ``ended`` comes."""
         if self.done:
             return
         self.cancelled = True
