@@ -16,11 +16,13 @@ import numpy as np
 from PySide6.QtGui import QImage
 
 from app.core.common.resources import colormap_lut
-from app.core.pictures.ab import diverging_lut
+from app.core.pictures.ab import diverging_lut, view_of
 from app.core.pictures.panels import Arrangement, PanelPicture
 from app.core.pictures.views import under_centres
 
-DIFF_LUT = "diff"  # the signed A − B views' lookup table (``diverging_lut``); every other key is a colormap name
+# The key of the signed A − B views' lookup table (``diverging_lut``; the rule is ``ab.picture_lut``): the window keys
+# its cached colour tables by name, and every other key is a colormap name.
+DIFF_LUT = "diff"
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,7 +121,7 @@ def render_mosaic(arrangement: Arrangement, lut: str, fit: tuple[int, int] | Non
 
 def lut_of(picture: PanelPicture) -> str:
     """The lookup table a picture is drawn with: the diverging one for an A − B view, else its colormap."""
-    return DIFF_LUT if getattr(picture, "view", "A") == "diff" else picture.settings.colormap
+    return DIFF_LUT if view_of(picture) == "diff" else picture.settings.colormap
 
 
 def rendered_for(picture: PanelPicture, fit: tuple[int, int] | None = None) -> RenderedMosaic:

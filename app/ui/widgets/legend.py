@@ -13,6 +13,7 @@ from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from app.core.pictures.ab import view_of
 from app.core.pictures.panels import PanelPicture
 from app.ui.state.rendering import DIFF_LUT, color_table, lut_of
 from app.ui.theme import BORDER, MUTED, TEXT
@@ -60,7 +61,7 @@ def legend_of(picture: PanelPicture) -> Legend | None:
     # first use (from the run's device), which a legend at every run must not cost.
     shared = picture.settings.scaling == "shared"
     lut = lut_of(picture)
-    if getattr(picture, "view", "A") == "diff":  # values of the A − B view: an array on the CPU already
+    if view_of(picture) == "diff":  # values of the A − B view: an array on the CPU already
         data = picture.channels.data
         magnitude = float(max(-float(data.min(initial=0.0)), float(data.max(initial=0.0))))
         if shared:
