@@ -4,6 +4,7 @@ file, a truncated file, a file that is not a video and "no camera" leave the res
 
 from __future__ import annotations
 
+import gc
 import glob
 import sys
 import time
@@ -193,6 +194,15 @@ def test_closing_stops_the_reader_thread(feature, tmp_path):
     feature.shutdown()
     assert time.monotonic() - started < 1.0
     assert not stream._thread.is_alive() and stream.source.closed and not feature.playing
+
+
+def test_while_a_video_plays_what_existed_before_is_out_of_the_collectors_full_passes(feature, tmp_path):
+    # A full pass over every object in the process held the GUI thread for 40-120 ms in the middle of playback.
+    assert gc.get_freeze_count() == 0
+    feature.open_video(write_video(tmp_path / "clip.avi", frames=30, fps=10.0))
+    assert gc.get_freeze_count() > 1000  # the model, Qt's wrappers, torch: set aside while it plays
+    feature.stop()
+    assert gc.get_freeze_count() == 0  # handed back to the collector when it stops
 
 
 def test_in_the_window_a_dropped_video_plays_and_closing_the_window_stops_it(window, qtbot, tmp_path):

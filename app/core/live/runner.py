@@ -13,6 +13,7 @@ removed before the second one, whatever ends the run (the end of the file, Ctrl-
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import statistics
@@ -269,6 +270,7 @@ def live_run(
     start = time.perf_counter()
     read0 = dropped0 = 0
     rss_start: float | None = None
+    frozen = False
     try:
         first = source.read()
         if first is None:
@@ -287,6 +289,10 @@ def live_run(
         if on_start is not None:  # the model is measured and the hooks are on: the timed part begins
             on_start()
         stream = LatestFrame(source, paced=paced, lossless=not paced, loop=loop)
+        # The cyclic collector's full passes rescan every object in the process (40-120 ms with the GIL held, every
+        # few seconds): what exists now is set aside while the frames run, and handed back at the end.
+        gc.freeze()
+        frozen = True
         start = time.perf_counter()
         rss_start = resident_mb()
         while report.frames < frames:
@@ -313,6 +319,8 @@ def live_run(
     except KeyboardInterrupt as stop:
         report.ended_by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
     finally:
+        if frozen:
+            gc.unfreeze()
         if registry is not None:
             registry.clear()
         if stream is not None:

@@ -18,6 +18,7 @@ Grad-CAM, beside it, at the source's frame rate, until File > Stop recording or 
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -311,6 +312,7 @@ class LiveFeature(QObject):
         if self.stream is not None:
             self.stream.close()
             self.stream = None
+            gc.unfreeze()  # what existed when playback began is the collector's again
         self.frozen = False
 
     def shutdown(self) -> None:
@@ -319,7 +321,12 @@ class LiveFeature(QObject):
     # ---- the frames -----------------------------------------------------------------------------------------
     def _start(self, source: VideoSource, loop: bool = False) -> None:
         self.stop()
+        # The cyclic collector's full passes rescan every object in the process (the model, Qt's wrappers, torch's
+        # modules): 40-120 ms with the GIL held, a stall of the GUI thread in the middle of playback. What exists
+        # when playback begins is set aside until it ends (nothing is lost: unfreeze hands it back), so the passes
+        # during playback see only what the frames make.
         self.stream = LatestFrame(source, paced=True, loop=loop, on_frame=self.frame_ready.emit)
+        gc.freeze()
         self.shown = self._shown_at_rates = 0
         self._rates = ""
         self._rates_at = time.monotonic()
