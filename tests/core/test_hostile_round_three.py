@@ -442,6 +442,12 @@ def test_the_script_says_what_is_wrong_in_one_line(hostile_script, tmp_path, dam
 
 
 # ---- 1: a build() that never returns -----------------------------------------------------------------------
+def _ctrl_c_as_from_a_terminal() -> None:
+    # A command started from a terminal gets Ctrl-C; one started in the background of a script inherits SIGINT
+    # ignored (and Python keeps it so), as this test would when the suite itself runs in the background.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 # export and scan (Ctrl-C and SIGTERM) in the default run; lessons and visualize, the same path, with -m slow
 @pytest.mark.parametrize("command, stop", [("export", signal.SIGINT), ("scan", signal.SIGTERM),
                                            pytest.param("lessons", signal.SIGINT, marks=pytest.mark.slow),
@@ -461,7 +467,7 @@ def test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm(ima
         "visualize": ["visualize", *spec, "--layer", "x", "--out", str(tmp_path / "dream.png")],
     }[command]
     process = subprocess.Popen([sys.executable, "-m", "app", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True, cwd=ROOT, env=ENV)  # fmt: skip
+                               text=True, cwd=ROOT, env=ENV, preexec_fn=_ctrl_c_as_from_a_terminal)  # fmt: skip
     note = f"hookscope: still building the model with build() from '{model}'; Ctrl-C stops it.\n"
     deadline = threading.Timer(90, process.kill)  # no note: the read below ends, and the test fails, not hangs
     deadline.start()
