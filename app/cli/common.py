@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.cli.progress import HubDownloadBar
@@ -71,15 +72,39 @@ def kinds_argument(text: str) -> list[str]:
     return kinds
 
 
-def positive_int(text: str) -> int:
-    """A count of at least 1 (``--top``, ``--frames``, ``--batch-size`` ...)."""
+def _whole_number(text: str, least: int, refusal: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, not '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(refusal.format(value))
     return value
+
+
+def positive_int(text: str) -> int:
+    """A count of at least 1 (``--top``, ``--frames``, ``--batch-size`` ...)."""
+    return _whole_number(text, 1, "must be at least 1, not {}")
+
+
+def not_negative_int(text: str) -> int:
+    """A number from 0 (``--camera``)."""
+    return _whole_number(text, 0, "must be 0 or more, not {}")
+
+
+def images_to_run(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
+    """``--images`` FOLDER's image files (``--recursive``: with its subfolders), none under ``--out``; a folder with
+    none is one error line, with the hint when its subfolders have some."""
+    from app.core.outputs.batch import find_images
+
+    folder, out = Path(args.images), Path(args.out)
+    images = find_images(folder, args.recursive, exclude=out)
+    if not images:
+        hint = (
+            " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
+        )
+        raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
+    return folder, out, images
 
 
 def add_model_options(parser: argparse.ArgumentParser, default_weights: str = DEFAULT_WEIGHTS) -> None:

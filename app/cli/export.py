@@ -15,6 +15,7 @@ from app.cli.common import (
     add_model_file_options,
     add_model_options,
     building,
+    images_to_run,
     kinds_argument,
     load_for_cli,
     parse_edits,
@@ -249,16 +250,10 @@ def run_export_batch(args: argparse.Namespace) -> int:
     """--images DIR: every image of a folder, the model loaded once, resumable, with summary.csv."""
     from app.core.engine.devices import resolve_device
     from app.core.engine.hooks import HookRegistry
-    from app.core.outputs.batch import find_images, run_batch
+    from app.core.outputs.batch import run_batch
 
     resolve_device(args.device)
-    folder, out = Path(args.images), Path(args.out)
-    images = find_images(folder, args.recursive, exclude=out)
-    if not images:
-        hint = (
-            " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
-        )
-        raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
+    folder, out, images = images_to_run(args)
     parse_edits(args)  # a bad --edit fails before the slow part
     report, stopped_by = None, ""
     try:

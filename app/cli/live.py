@@ -17,21 +17,12 @@ from app.cli.common import (
     comma_list,
     kinds_argument,
     load_for_cli,
+    not_negative_int,
     positive_int,
     register_for_cli,
     target_argument,
 )
 from app.core.common.errors import HookscopeError
-
-
-def _not_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
 
 
 def build_live_parser() -> argparse.ArgumentParser:
@@ -45,7 +36,7 @@ def build_live_parser() -> argparse.ArgumentParser:
     add_model_file_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--video", metavar="FILE", help="a video file (mp4, avi, mkv, webm, mov, ...)")
-    source.add_argument("--camera", type=_not_negative, metavar="N", help="camera number N (see --list-cameras)")
+    source.add_argument("--camera", type=not_negative_int, metavar="N", help="camera number N (see --list-cameras)")
     source.add_argument("--list-cameras", action="store_true", help="list the cameras found and exit")
     parser.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
     parser.add_argument("--hooks", type=kinds_argument, default=["forward", "backward"],

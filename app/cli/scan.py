@@ -14,12 +14,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from app.cli.common import (
     add_model_file_options,
     add_model_options,
+    images_to_run,
     load_for_cli,
     model_source,
     positive_int,
@@ -192,7 +192,6 @@ def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
 
 def run_scan_command(args: argparse.Namespace) -> int:
     from app.core.engine.devices import resolve_device
-    from app.core.outputs.batch import find_images
     from app.core.scan.page import write_page
     from app.core.scan.results import write_strips
     from app.core.scan.scanner import CHECKPOINT_FILE, LocalScan, ScanBackend, ScanSettings, run_scan, write_scan
@@ -200,13 +199,7 @@ def run_scan_command(args: argparse.Namespace) -> int:
 
     if args.size < 0:
         raise HookscopeError(f"--size must be a number of pixels (or 0 for the model's own), not {args.size}.")
-    folder, out = Path(args.images), Path(args.out)
-    images = find_images(folder, args.recursive, exclude=out)
-    if not images:
-        hint = (
-            " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
-        )
-        raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
+    folder, out, images = images_to_run(args)
     device = str(resolve_device(args.device))
     loaded = load_for_cli(args)
     if args.size:
