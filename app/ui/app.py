@@ -16,7 +16,7 @@ import types
 from typing import Any, cast
 
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
-from PySide6.QtCore import QEventLoop, QMessageLogContext, QThreadPool, QTimer, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QEventLoop, QMessageLogContext, QTimer, QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication
 
 from app.core.common.errors import HookscopeError, ModelError
@@ -33,6 +33,7 @@ from app.system.startup import (
 from app.ui.dialogs.about import app_icon
 from app.ui.main_window import MainWindow
 from app.ui.state.settings import settings_folder
+from app.ui.state.worker import active_threads, wait_for_workers
 from app.ui.state.workspace import CHECK_KINDS
 from app.ui.theme import apply_theme, configure_pyqtgraph
 
@@ -271,7 +272,7 @@ def run_self_test() -> int:
                 )
     finally:
         _close(window)
-    if QThreadPool.globalInstance().activeThreadCount():
+    if active_threads():
         problems.append("a worker thread was still running after the window closed")
     elapsed = time.perf_counter() - start
     if problems:
@@ -337,8 +338,7 @@ def end_despite_stuck_workers(code: int, wait_ms: int = 300) -> int:
     pool waits for its threads when the process ends, so the process would never end. By now the window has closed
     (within 2 s) and written its settings, so the process ends without waiting for such a worker.
     """
-    pool = QThreadPool.globalInstance()
-    if pool.activeThreadCount() == 0 or pool.waitForDone(wait_ms):
+    if active_threads() == 0 or wait_for_workers(wait_ms):
         return code
     if sys.stderr is not None:
         sys.stderr.write(

@@ -17,6 +17,7 @@ from app.core.pictures.display import (
     display_channels,
     display_of_array,
     draw_mosaic,
+    saliency_map,
     signed_mosaic,
 )
 from app.core.pictures.panels import PanelSettings, picture_of
@@ -244,3 +245,33 @@ def test_the_signed_mosaic_is_zero_at_128_and_sampled_as_the_others(scaling: str
                 assert (layout.tile_h, layout.tile_w) == (-(-9 // step), -(-7 // step))
                 np.testing.assert_array_equal(image, _signed_reference(maps, scaling, order, pad, step))
     assert (signed_mosaic(channels, scaling, np.array([3]))[0] == 128).all()
+
+
+def test_the_cpus_magnitudes_and_ranges_are_torchs_values_to_the_bit() -> None:
+    """On the CPU |values| and the per-channel ranges are numpy's (no PyTorch thread team woken): the very values
+    torch gives (-0.0, and NaN and inf in the ranges, included), for contiguous and strided records."""
+    values = torch.from_numpy(_values(1, 6, 9, 11))
+    values[0, 4, 1, 1] = -0.0
+    for record in (values, values.transpose(2, 3)):
+        shown = display_channels(record, magnitude=True)
+        assert torch.equal(shown.values, record[0].abs())
+        assert not torch.signbit(shown.values).any()  # -0.0 became 0.0, as torch's abs makes it
+    raw = values.clone()
+    raw[0, 1, 2, 3], raw[0, 2, 0, 0], raw[0, 3, 4, 4] = float("nan"), float("inf"), -float("inf")
+    for maps in (raw[0], raw[0].transpose(1, 2)):
+        low, high = channel_ranges(maps)
+        flat = maps.flatten(1)
+        np.testing.assert_array_equal(low, flat.amin(dim=1).numpy())  # NaN where torch's is NaN
+        np.testing.assert_array_equal(high, flat.amax(dim=1).numpy())
+        assert low.dtype == high.dtype == np.float32
+
+
+def test_the_saliency_map_is_the_largest_magnitude_over_the_colours() -> None:
+    grad = torch.from_numpy(_values(1, 3, 7, 5))
+    grad[0, 1, 2, 2] = float("nan")
+    shown = saliency_map(grad)
+    expected = grad[0].abs().amax(dim=0).numpy()
+    assert shown.shape == (7, 5) and shown.dtype == np.float32 and shown.flags.c_contiguous
+    np.testing.assert_array_equal(shown, expected)  # NaN where torch has NaN, the same values elsewhere
+    half = saliency_map(grad.to(torch.bfloat16))  # not numpy's: torch's own path
+    np.testing.assert_array_equal(half, grad.to(torch.bfloat16)[0].abs().amax(dim=0).float().numpy())

@@ -23,12 +23,12 @@ import tqdm  # noqa: E402
 import weights_server  # noqa: E402
 from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
-from PySide6.QtCore import QThreadPool  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.core.models.weights import WEIGHTS_URL_ENV  # noqa: E402
 from app.ui.main_window import MainWindow  # noqa: E402
 from app.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
+from app.ui.state.worker import active_threads, wait_for_workers  # noqa: E402
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -71,9 +71,8 @@ def nothing_left_behind(qapp) -> Iterator[None]:
     windows_before = set(_visible_windows())
     threads_before = _python_threads()
     yield
-    pool = QThreadPool.globalInstance()
-    pool.waitForDone(THREAD_GRACE_MS)
-    active = pool.activeThreadCount()
+    wait_for_workers(THREAD_GRACE_MS)
+    active = active_threads()
     assert active == 0, f"{active} worker thread(s) still running {THREAD_GRACE_MS / 1000:.0f} s after the test"
     deadline = time.monotonic() + THREAD_GRACE_MS / 1000
     left = _python_threads() - threads_before

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import huggingface_hub
 import pytest
-from PySide6.QtCore import Qt, QThreadPool
+from PySide6.QtCore import Qt
 
+from app.ui.state.worker import active_threads
 from tests.hub_server import HubServer, make_bert, make_timm, make_vit, use_hub
 from tests.loopback import serving
 
@@ -76,7 +77,7 @@ def test_cancel_stops_the_download_keeps_its_part_and_the_model_stays(make_windo
         qtbot.mouseClick(feature.cancel_button, Qt.MouseButton.LeftButton)
     assert window.workspace.loaded.name == "resnet18"
     blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--tiny--vit" / "blobs"
-    qtbot.waitUntil(lambda: QThreadPool.globalInstance().activeThreadCount() == 0, timeout=20_000)
+    qtbot.waitUntil(lambda: active_threads() == 0, timeout=20_000)
     partial = [p for p in blobs.iterdir() if p.name.endswith(".incomplete")]
     assert len(partial) == 1 and 0 < partial[0].stat().st_size < 87_000  # kept, for the next try to resume
     assert not any(p.name == hashlib.sha256((hub.folder / "tiny/vit/model.safetensors").read_bytes()).hexdigest()

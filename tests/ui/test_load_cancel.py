@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from conftest import RUN_TIMEOUT_MS, photo
-from PySide6.QtCore import QThreadPool
 
 from app.core.engine.pipeline import ModelSource, open_model
 from app.ui.features.load_cancel import CANCEL_ACTION, LoadCancelFeature
 from app.ui.state.requests import ImageSource
-from app.ui.state.worker import CLOSE_WAIT_MS
+from app.ui.state.worker import CLOSE_WAIT_MS, active_threads, wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 STUCK_BUILD = """
@@ -78,11 +77,11 @@ def release(tmp_path: Path):
     yield folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "release").write_text("go")
-    assert QThreadPool.globalInstance().waitForDone(30_000), "the released thread did not finish"
+    assert wait_for_workers(30_000), "the released thread did not finish"
 
 
 def _pool_active() -> int:
-    return QThreadPool.globalInstance().activeThreadCount()
+    return active_threads()
 
 
 def test_cancel_returns_to_the_previous_model_and_its_results_at_once(workspace, host, qtbot, release, tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import shown_picture
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QThreadPool, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
@@ -21,6 +21,7 @@ from app.ui.state import scheduler
 from app.ui.state import workspace as workspace_module
 from app.ui.state.rendering import fitted_size
 from app.ui.state.requests import execute_run
+from app.ui.state.worker import active_threads
 from app.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, INPUTS, SHAPE
 from app.ui.widgets.panel_area import PANELS_PER_TURN
 
@@ -400,7 +401,7 @@ def test_closing_during_a_run_leaves_no_worker_and_no_hook(make_window, qtbot) -
         timeout=RUN_TIMEOUT_MS,
     )
     window.close()
-    assert QThreadPool.globalInstance().activeThreadCount() == 0
+    assert active_threads() == 0
     assert window.workspace.registry is None or not window.workspace.registry.handles()
     qtbot.wait(100)  # late signals from the finished worker must not touch the closed window
 

@@ -90,7 +90,7 @@ def display_channels(data: torch.Tensor, magnitude: bool = False) -> DisplayChan
         data = data.abs()
         notes.append("complex values shown as magnitudes")
     elif magnitude:
-        data = data.abs()
+        data = _absolute(data)
     kind, values, shape_notes = shaped(data.float())
     notes += shape_notes
     if kind == "maps" and tuple(values.shape[1:]) == (1, 1) and values.shape[0] > 1:
@@ -127,6 +127,31 @@ def _finite(kind: str, values: torch.Tensor, notes: list[str]) -> DisplayChannel
     return DisplayChannels(kind, values, "; ".join(notes), ranges)
 
 
+# The CPU's values are drawn with numpy, not torch. A torch operation on a tensor of more than 32,768 values runs on
+# PyTorch's OpenMP thread team: in the model's worker, right after the run, |grad| and the ranges of a live video's 8
+# panels woke that team some 24 times a frame (2 ms of its 3.3 ms of pictures, ResNet-18); on any other thread (the
+# pictures of panels scrolled in, a recording) they would start a second team, which slows every run after it
+# (``app.ui.state.worker.model_pool``). numpy's are single-threaded, and as fast at these sizes.
+_NUMPY_DTYPES = (torch.float32, torch.float64)
+
+
+def _absolute(data: torch.Tensor) -> torch.Tensor:
+    """|data| (real values): numpy's on the CPU, the same values (the sign bit cleared, NaN kept)."""
+    if data.device.type == "cpu" and data.dtype in _NUMPY_DTYPES:
+        return torch.from_numpy(np.asarray(np.abs(data.numpy())))  # asarray: a 0-d one gives a numpy scalar
+    return data.abs()
+
+
+def saliency_map(input_grad: torch.Tensor) -> np.ndarray:
+    """max over the channels of |the input's gradient|, (H, W) float32: reduced where the gradient is (a GPU run's,
+    if the engine keeps it there: only the map moves); on the CPU with numpy, which wakes no thread team (see
+    ``_NUMPY_DTYPES``)."""
+    grad = input_grad[0].detach()
+    if grad.device.type == "cpu" and grad.dtype == torch.float32:
+        return np.ascontiguousarray(np.abs(grad.numpy()).max(axis=0))
+    return np.ascontiguousarray(grad.abs().amax(dim=0).float().cpu().numpy())
+
+
 def channel_ranges(maps: torch.Tensor) -> Ranges:
     """Per-channel (min, max) of (C, H, W) maps on their device, as numpy float32; a NaN in a channel makes its
     min and max NaN (an inf shows as one of them), as ``views.channel_ranges``."""
@@ -135,6 +160,9 @@ def channel_ranges(maps: torch.Tensor) -> Ranges:
         zeros = np.zeros(count, dtype=np.float32)
         return zeros, zeros.copy()
     flat = maps.flatten(1)
+    if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES:  # numpy: see _NUMPY_DTYPES
+        values = flat.numpy()
+        return values.min(axis=1).astype(np.float32, copy=False), values.max(axis=1).astype(np.float32, copy=False)
     if flat.device.type == "cuda":  # one pass over the values
         both = torch.stack(torch.aminmax(flat, dim=1))
     else:  # two passes, but vectorised: torch 2.14's CPU aminmax is about 6x slower than amin and amax apart

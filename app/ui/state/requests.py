@@ -24,6 +24,7 @@ from app.core.engine.tree import ModuleInfo, module_tree
 from app.core.models.catalogue import LoadedModel
 from app.core.models.images import read_image
 from app.core.pictures.ab import Comparison, compare_runs
+from app.core.pictures.display import saliency_map
 from app.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
 from app.ui.state.rendering import with_rendering
 
@@ -244,8 +245,7 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     )
     saliency = None
     if result.input_grad is not None and result.input_grad.ndim == 4:
-        # reduced where the gradient is (a GPU run's, if the engine keeps it there): only the (H, W) map moves
-        saliency = np.ascontiguousarray(result.input_grad[0].abs().amax(dim=0).float().cpu().numpy())
+        saliency = saliency_map(result.input_grad)
     prepare_ms = (time.perf_counter() - start) * 1000
     timings = {"read_ms": read_ms, **result.timings, "prepare_ms": prepare_ms}
     image_b = request.image_b.loaded(pixels_b) if request.image_b is not None and pixels_b is not None else None

@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.engine.capture import RunCancelled
 from app.ui.state.requests import LoadOutcome, RunOutcome, RunRequest, execute_run
-from app.ui.state.worker import Job, JobRunner
+from app.ui.state.worker import Job, JobRunner, model_pool
 
 RUN_DEBOUNCE_MS = 50
 
@@ -51,7 +51,7 @@ class RunScheduler(QObject):
         self._latest = _Latest()
         self._load_generation = 0
         self._closed = False
-        self.runner = JobRunner(self)
+        self.runner = JobRunner(self, model_pool())  # the model's one thread (see model_pool)
         self.runner.returned.connect(self._on_returned)
         self.runner.failed.connect(self._on_failed)
         self.runner.busy_changed.connect(lambda *_: self.busy_changed.emit(self.busy))

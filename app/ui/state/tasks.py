@@ -3,7 +3,7 @@
 Every feature's background job goes this one way (a scan and its model copy, a channel's top images, a feature
 visualization, a lesson's run, a weights download, a whole-run export); the model runs and loads keep their own
 path (``RunScheduler``: generations, debounce, newest request wins). A task runs in a superqt worker on the global
-thread pool (``PoolWorker`` for a function, ``PoolGeneratorWorker`` for a generator function: each ``yield`` is a
+thread pool, or, exclusive, on the model's own thread (``worker.model_pool``) (``PoolWorker`` for a function, ``PoolGeneratorWorker`` for a generator function: each ``yield`` is a
 progress value) and says what happened by its own signals, on the GUI thread: ``started``, ``progressed``,
 ``finished`` (the work's return value), ``failed`` (its exception), and ``ended`` once, last, whatever happened.
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from app.ui.state.worker import AnyPoolWorker, PoolGeneratorWorker, PoolWorker, start_worker
+from app.ui.state.worker import AnyPoolWorker, PoolGeneratorWorker, PoolWorker, model_pool, start_worker
 
 
 class Task(QObject):
@@ -102,7 +102,9 @@ class Task(QObject):
         # inside ``submit`` would otherwise say so before the caller has connected to it, and the worker's first
         # signals would still come after it.
         self._posted_start.emit()
-        start_worker(worker)  # freed on the GUI thread once its pool thread is done with it
+        # freed on the GUI thread once its pool thread is done with it; a task that uses the live model runs on the
+        # model's own thread, as its runs do (one OpenMP team: see ``worker.model_pool``)
+        start_worker(worker, model_pool() if self.exclusive else None)
 
     def _end(self) -> None:
         if self.done:

@@ -1,7 +1,8 @@
 """Running jobs off the GUI thread, one at a time, newest first.
 
-A job runs in a superqt ``FunctionWorker`` (a ``QRunnable`` with started/returned/errored/finished signals) on
-the global thread pool. Only one job runs at a time: every run uses the same model and the same hook registry,
+A job runs in a superqt ``FunctionWorker`` (a ``QRunnable`` with started/returned/errored/finished signals) on a
+thread pool: the model's loads and runs, and the side tasks that use the live model, on ``model_pool`` (one thread,
+kept: see there); the rest (pictures, downloads, a scan's own copy of the model) on the global pool. Only one job runs at a time: every run uses the same model and the same hook registry,
 and two runs recording through one registry would mix their records. A job submitted while another runs waits
 in a single slot; a newer submission replaces it, so a burst of ticks ends in one run, not ten.
 
@@ -53,7 +54,7 @@ class _GuiCollector(GarbageCollector):
 
     def check(self) -> None:
         now = time.monotonic()
-        idle = QThreadPool.globalInstance().activeThreadCount() == 0
+        idle = active_threads() == 0
         due = self.work_ended and idle and now - self.last_full >= self.FULL_EVERY_S
         if not (self.full_wanted or due):
             super().check()
@@ -205,11 +206,50 @@ class _WorkerKeeper(QObject):
 
 
 _keeper: _WorkerKeeper | None = None
+_model_pool: QThreadPool | None = None
 
 
-def start_worker(worker: AnyPoolWorker) -> None:
-    """Start ``worker`` on the global thread pool (from the GUI thread); it is freed on the GUI thread once its
-    pool thread is done with it (see ``_WorkerKeeper``). Connect its signals before calling this."""
+def model_pool() -> QThreadPool:
+    """The pool the live model runs on: its loads and runs, and the side tasks that use it (``exclusive``). One
+    thread, kept for the life of the process, so that every run of the model is on the same thread.
+
+    PyTorch's CPU operations run on an OpenMP thread team, and GNU OpenMP gives each thread that starts parallel
+    work a team of its own. Runs that land on whichever thread of the global pool is free (it keeps several, and
+    lets idle ones go after 30 s) left two or three teams in the process; with more team threads than cores, every
+    team's threads sleep between operations instead of waiting ready for the next one (libgomp's throttled spin),
+    and the idle team's threads took cores from the working one. One thread, one team: a video's frames in the window
+    went from 0.75 to 0.81 of the model's own rate (``python -m app.ui.bench_live``, ResNet-18, two cores)."""
+    global _model_pool
+    if _model_pool is None:
+        _model_pool = QThreadPool()
+        _model_pool.setObjectName("model")
+        _model_pool.setMaxThreadCount(1)
+        _model_pool.setExpiryTimeout(-1)  # never let go: a new thread would start a new team
+    return _model_pool
+
+
+def pools() -> tuple[QThreadPool, ...]:
+    """Every pool a worker may run on: the global one and the model's."""
+    return (QThreadPool.globalInstance(), model_pool())
+
+
+def active_threads() -> int:
+    """Worker threads running a job, in every pool."""
+    return sum(pool.activeThreadCount() for pool in pools())
+
+
+def wait_for_workers(msecs: int) -> bool:
+    """Wait up to ``msecs`` in all for the workers of every pool to finish; whether they all did."""
+    deadline = time.monotonic() + max(0, msecs) / 1000
+    done = True
+    for pool in pools():
+        done = pool.waitForDone(max(0, int((deadline - time.monotonic()) * 1000))) and done
+    return done
+
+
+def start_worker(worker: AnyPoolWorker, pool: QThreadPool | None = None) -> None:
+    """Start ``worker`` on ``pool`` (default: the global thread pool), from the GUI thread; it is freed on the GUI
+    thread once its pool thread is done with it (see ``_WorkerKeeper``). Connect its signals before calling this."""
     global _keeper
     if _keeper is None:
         _keeper = _WorkerKeeper()
@@ -217,7 +257,7 @@ def start_worker(worker: AnyPoolWorker) -> None:
     _keeper.keep(worker)
     # Straight onto the pool (not worker.start(), which may defer the start by a timer): a window that closes
     # right after submitting must find the thread in the pool to wait for it.
-    QThreadPool.globalInstance().start(worker)
+    (pool or QThreadPool.globalInstance()).start(worker)
 
 
 def workers_kept() -> int:
@@ -262,15 +302,17 @@ class _Relay(QObject):
 
 
 class JobRunner(QObject):
-    """Starts jobs on the global ``QThreadPool``; results and errors come back on the GUI thread by signal."""
+    """Starts jobs on ``pool`` (default: the global ``QThreadPool``); results and errors come back on the GUI
+    thread by signal."""
 
     returned = Signal(object, object)  # job, outcome
     failed = Signal(object, object)  # job, exception
     busy_changed = Signal(bool)
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, pool: QThreadPool | None = None) -> None:
         super().__init__(parent)
         collect_garbage_on_gui_thread()
+        self.pool = pool or QThreadPool.globalInstance()
         self._running: _Relay | None = None
         self._waiting: Job | None = None
         self._abandoned: set[_Relay] = set()  # forgotten, still running: kept alive until they finish
@@ -341,7 +383,7 @@ class JobRunner(QObject):
         self._waiting = None
         if self._running is not None:
             self._running.worker.quit()
-        done = QThreadPool.globalInstance().waitForDone(msecs)
+        done = wait_for_workers(msecs)
         self._running = None
         return done
 
@@ -349,14 +391,14 @@ class JobRunner(QObject):
     def _start(self, job: Job) -> None:
         worker = PoolWorker(job.work)
         self._running = _Relay(self, job, worker)
-        start_worker(worker)
+        start_worker(worker, self.pool)
 
     def _abandon(self, relay: _Relay) -> None:
         relay.worker.quit()  # superqt then drops its return value
         self._abandoned.add(relay)
         if self._running is relay:
             self._running = None
-        pool = QThreadPool.globalInstance()
+        pool = self.pool
         if pool.activeThreadCount() >= pool.maxThreadCount():
             pool.setMaxThreadCount(pool.maxThreadCount() + 1)  # the stuck thread keeps its slot; the next job its own
             self._grown += 1
@@ -382,8 +424,7 @@ class JobRunner(QObject):
         if relay in self._abandoned:
             self._abandoned.discard(relay)
             if self._grown:
-                pool = QThreadPool.globalInstance()
-                pool.setMaxThreadCount(max(1, pool.maxThreadCount() - 1))
+                self.pool.setMaxThreadCount(max(1, self.pool.maxThreadCount() - 1))
                 self._grown -= 1
             relay.deleteLater()
             return

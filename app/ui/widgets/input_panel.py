@@ -176,7 +176,9 @@ class InputPanel(QWidget):
 
     def show_input(self, rgb: np.ndarray, saliency: np.ndarray | None, name: str) -> None:
         shape_changed = self.image_item.image is None or self.image_item.image.shape != rgb.shape
-        self.image_item.setImage(rgb, autoLevels=False, levels=(0, 255))
+        # uint8 RGB without levels: pyqtgraph wraps the pixels as they are; levels (0, 255) gave the same pixels through a
+        # rescale of every value, each frame of a video (0.17 ms against 0.014)
+        self.image_item.setImage(rgb, autoLevels=False, levels=None)
         if saliency is not None:
             high = float(saliency.max()) if saliency.size else 0.0
             self.saliency_item.setImage(saliency, autoLevels=False, levels=(0.0, high if high > 0 else 1.0))
