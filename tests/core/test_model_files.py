@@ -292,12 +292,23 @@ def test_compiled_and_data_parallel_models_are_unwrapped(tmp_path):
 # ---- refused and unknown files ----------------------------------------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 def test_torchscript_is_refused_with_the_reason(tmp_path):
-    path = tmp_path / "scripted.pt"
-    torch.jit.script(gray_net()).save(str(path))
-    traced = tmp_path / "traced.pt"
-    torch.jit.trace(gray_net(), torch.zeros(1, 1, 8, 8)).save(str(traced))
+    # Scripted and traced in a fresh interpreter: torch.jit.script of the same net failed now and then late in a long
+    # test run ("builtin cannot be used as a value" at Conv2d's padding_mode, once in a full suite), inside torch.
+    path, traced = tmp_path / "scripted.pt", tmp_path / "traced.pt"
+    make = textwrap.dedent(f"""
+        import sys, warnings
+        import torch
+        from torch import nn
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.manual_seed(7)
+        def gray_net():
+            return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                 nn.Linear(4, 3)).eval()
+        torch.jit.script(gray_net()).save({str(path)!r})
+        torch.jit.trace(gray_net(), torch.zeros(1, 1, 8, 8)).save({str(traced)!r})
+    """)
+    subprocess.run([sys.executable, "-c", make], check=True, timeout=120)
     for file in (path, traced):
         assert file_kind(file) == "torchscript"
         for trust in (False, True):
