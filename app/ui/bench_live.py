@@ -43,14 +43,13 @@ from app.core.engine.floor import bare_run
 from app.core.live.runner import frame_input, resident_mb
 from app.core.live.video import open_video
 from app.system.allocator import keep_freed_memory
-from app.ui.app import _close, wait_for_run
+from app.ui.app import Window, _close, wait_for_run
 from app.ui.bench_gui import WINDOW_SIZE, StallMeter, measured_window
 from app.ui.state.worker import model_pool
 from app.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, TICK_KINDS
 
 if TYPE_CHECKING:
     from app.ui.features.live import LiveFeature
-    from app.ui.main_window import MainWindow
 
 RATIO_TARGET = 0.85  # processed / model alone, in the window (issue 26)
 STALL_TARGET_MS = 50.0
@@ -119,7 +118,7 @@ class PaintCounter(QObject):
 
 
 def play(
-    window: MainWindow,
+    window: Window,
     live: LiveFeature,
     video: Path,
     on_screen: Callable[[], None],

@@ -128,10 +128,9 @@ def _finite(kind: str, values: torch.Tensor, notes: list[str]) -> DisplayChannel
 
 
 # The CPU's values are drawn with numpy, not torch. A torch operation on a tensor of more than 32,768 values runs on
-# PyTorch's OpenMP thread team: in the model's worker, right after the run, |grad| and the ranges of a live video's 8
-# panels woke that team some 24 times a frame (2 ms of its 3.3 ms of pictures, ResNet-18); on any other thread (the
-# pictures of panels scrolled in, a recording) they would start a second team, which slows every run after it
-# (``app.ui.state.worker.model_pool``). numpy's are single-threaded, and as fast at these sizes.
+# PyTorch's OpenMP thread team: on any thread but the model's (the pictures of panels scrolled in, a recording) it
+# starts a second team, which slows every run after it (``app.ui.state.worker.model_pool``). numpy's operations are
+# single-threaded, and as fast at these sizes (a live video's pictures took 3.3 ms a frame either way).
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 
 

@@ -2,8 +2,9 @@
 
 A job runs in a superqt ``FunctionWorker`` (a ``QRunnable`` with started/returned/errored/finished signals) on a
 thread pool: the model's loads and runs, and the side tasks that use the live model, on ``model_pool`` (one thread,
-kept: see there); the rest (pictures, downloads, a scan's own copy of the model) on the global pool. Only one job runs at a time: every run uses the same model and the same hook registry,
-and two runs recording through one registry would mix their records. A job submitted while another runs waits
+kept: see there); the rest (pictures, downloads, a scan's own copy of the model) on the global pool. Only one job
+runs at a time: every run uses the same model and the same hook registry, and two runs recording through one
+registry would mix their records. A job submitted while another runs waits
 in a single slot; a newer submission replaces it, so a burst of ticks ends in one run, not ten.
 
 A Python thread stuck in someone else's code (a trusted ``model.py`` whose ``build()`` never returns) cannot be
@@ -218,7 +219,8 @@ def model_pool() -> QThreadPool:
     lets idle ones go after 30 s) left two or three teams in the process; with more team threads than cores, every
     team's threads sleep between operations instead of waiting ready for the next one (libgomp's throttled spin),
     and the idle team's threads took cores from the working one. One thread, one team: a video's frames in the window
-    went from 0.75 to 0.81 of the model's own rate (``python -m app.ui.bench_live``, ResNet-18, two cores)."""
+    went from 0.72-0.77 to 0.80-0.82 of the model's own rate (``python -m app.ui.bench_live``, ResNet-18, two cores,
+    three pairs side by side)."""
     global _model_pool
     if _model_pool is None:
         _model_pool = QThreadPool()
