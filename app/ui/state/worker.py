@@ -4,8 +4,8 @@ A job runs in a superqt ``FunctionWorker`` (a ``QRunnable`` with started/returne
 thread pool: the model's loads and runs, and the side tasks that use the live model, on ``model_pool`` (one thread,
 kept: see there); the rest (pictures, downloads, a scan's own copy of the model) on the global pool. Only one job
 runs at a time: every run uses the same model and the same hook registry, and two runs recording through one
-registry would mix their records. A job submitted while another runs waits
-in a single slot; a newer submission replaces it, so a burst of ticks ends in one run, not ten.
+registry would mix their records. A job submitted while another runs waits in a single slot; a newer submission
+replaces it, so a burst of ticks ends in one run, not ten.
 
 A Python thread stuck in someone else's code (a trusted ``model.py`` whose ``build()`` never returns) cannot be
 killed. A job that touches nothing shared (a model load builds a new model and returns it) can be *abandoned*
