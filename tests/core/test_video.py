@@ -83,6 +83,21 @@ def test_a_paced_file_is_read_on_demand_so_the_reader_sleeps_while_the_model_run
         assert stream.read_count == newest.index + 1 and stream.dropped == newest.index - first.index - 1
 
 
+def test_a_file_plays_on_from_the_frame_it_is_at_without_waiting_a_frame(videos):
+    # hookscope live reads frame 0 itself (to time the model alone) before the stream starts: frame 1 is then due at
+    # once. Timed from the stream's start, it waited a frame's time (40 ms at 25 fps), a frame the timed part lost.
+    source = open_video(videos["avi"])  # 25 fps
+    assert source.read().index == 0
+    started = time.monotonic()
+    with LatestFrame(source, paced=True) as stream:
+        first = stream.take(timeout=5)
+        waited = time.monotonic() - started
+        assert first.index == 1 and frame_number(first.rgb) == 1
+        assert waited < 0.03, f"frame 1 came after {waited * 1000:.0f} ms"
+        time.sleep(0.2)  # five frames' time: the spacing after it is the file's own
+        assert stream.take(timeout=5).index in (5, 6, 7)
+
+
 def test_lossless_reading_gives_every_frame_to_a_slow_consumer(videos):
     with LatestFrame(open_video(videos["avi"]), paced=False, lossless=True) as stream:
         indices = []

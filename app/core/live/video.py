@@ -374,8 +374,11 @@ class LatestFrame:
         self._steps = 0  # frames to read while paused
         self._seek_to: int | None = None  # a frame asked for while paused
         self._stepping = False
+        # A file plays on from the frame it is at, at once: frames a caller read before (``hookscope live`` runs the
+        # first one to time the model alone) are the stream's past, so the next frame is due now, not a frame later.
+        self._start_time = source.frames_read / (source.info.fps or 25.0) if source.info.kind == "video" else 0.0
         self._played = 0.0  # the stream time of the last frame put
-        self._anchor = time.monotonic()
+        self._anchor = time.monotonic() - self._start_time
         self._started_at = time.monotonic()
         self._last_read_at = self._started_at
         self._thread = threading.Thread(target=self._read_all, name=f"video reader: {source.info.name}", daemon=True)
@@ -390,7 +393,7 @@ class LatestFrame:
     def _read_all(self) -> None:
         offset = 0.0  # the time of the frames already played, when a file loops
         self._offset = offset
-        self._anchor = time.monotonic()  # the wall time of the stream's time 0 (moved on by a pause)
+        self._anchor = time.monotonic() - self._start_time  # the wall time of the stream's time 0 (moved by a pause)
         try:
             while self._next_turn():
                 with self._lock:

@@ -240,7 +240,7 @@ class Preprocess:
 
     def to_tensor(self, image: Image.Image) -> torch.Tensor:
         """A (1, channels, crop, crop) float32 batch, identical to the torchvision preset's output (of a very wide or
-        tall picture only the part the crop keeps is resized, to the same pixels: see ``_resize``)."""
+        tall picture only the part the crop keeps is resized, to within one grey level: see ``_resize``)."""
         return self.as_input(self.fitted(image))
 
     def fitted(self, image: Image.Image) -> Image.Image:
@@ -286,8 +286,9 @@ class Preprocess:
         picture (6 GB) to keep 224 columns of it. So when the resized longer side would exceed
         ``MAX_RESIZED_ASPECT`` times the larger of the two sizes, Pillow resamples only the source region under
         those ``crop`` pixels (``Image.resize(box=...)``: the same scale, filter and sample positions as the whole
-        resize, so the same pixels). Memory then follows the model's input size whatever the aspect ratio; pictures
-        up to that ratio take torchvision's path itself.
+        resize, to one grey level: the box's floating-point positions round a few pixels otherwise). Memory then
+        follows the model's input size whatever the aspect ratio; pictures up to that ratio take torchvision's path
+        itself, exactly.
         """
         mode = _INTERPOLATIONS[self.interpolation]
         width, height = image.size
@@ -388,3 +389,4 @@ class Preprocess:
             channels=len(mean),
             interpolation=name,
         )
+

@@ -86,7 +86,7 @@ MEAN = __MEAN__
 STD = __STD__
 CHANNELS = __CHANNELS__
 INTERPOLATION = __INTERPOLATION__
-MAX_RESIZED_ASPECT = 8  # a very wide or tall picture has only the part the crop keeps resized (same pixels)
+MAX_RESIZED_ASPECT = 8  # a very wide or tall picture has only the part the crop keeps resized (to one grey level)
 
 
 def read_image(path):
