@@ -389,4 +389,3 @@ class Preprocess:
             channels=len(mean),
             interpolation=name,
         )
-
