@@ -47,6 +47,15 @@ def test_every_frame_in_order_as_rgb_with_index_and_time(videos, kind):
     assert first[..., 0].mean() > 240 and first[..., 2].mean() < 15
 
 
+def test_a_file_is_decoded_on_one_thread_beside_the_model(videos):
+    """FFmpeg's frame threads would hand every frame over between threads while the model has the cores."""
+    import cv2
+
+    with open_video(videos["mp4"]) as source:
+        assert source._capture.get(cv2.CAP_PROP_N_THREADS) == 1
+        assert source.read() is not None
+
+
 def test_a_slow_consumer_gets_the_newest_frame_and_the_others_are_dropped_not_queued(videos):
     # 32 frames at 50 fps: a frame every 20 ms, played at its own rate as a camera gives them
     with LatestFrame(open_video(videos["fast"]), paced=True) as stream:
