@@ -471,6 +471,7 @@ class MainWindow(QMainWindow):
             space.settings_for,
             views=outcome.comparison.views if outcome.comparison is not None else None,
             deferred=outcome.deferred,
+            ahead=self._drawn_ahead(outcome.image),
         )
         self.input_panel.show_input(outcome.input_display, outcome.saliency, outcome.image.name)
         target_text = result.target
@@ -528,10 +529,14 @@ class MainWindow(QMainWindow):
         view shows (it follows every run). For a single image, those more than a page away, so that scrolling finds
         the next page drawn; for a playing video's frame, every panel not in view: the next frame comes before a
         person scrolls, and preparing the page below each frame took half the window's picture work."""
-        image = self.workspace.wanted_image
-        hidden = self.panel_area.hidden_idents(ahead=0.0 if image is not None and image.frame else 1.0)
+        hidden = self.panel_area.hidden_idents(ahead=self._drawn_ahead(self.workspace.wanted_image))
         shown = self.channel_view.picture if self._docks["channel"].isVisible() else None
         return hidden - {(shown.kind, shown.key)} if shown is not None else hidden
+
+    @staticmethod
+    def _drawn_ahead(image: ImageSource | None) -> float:
+        """How far beyond the view, in viewport heights, a run of ``image`` draws its panels (``_hidden_panels``)."""
+        return 0.0 if image is not None and image.frame else 1.0
 
     def open_channel(self, picture: PanelPicture, channel: int) -> None:
         """The channel view for one tile: the map large, its histogram and statistics, the overlay."""

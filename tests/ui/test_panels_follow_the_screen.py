@@ -132,6 +132,12 @@ def test_a_video_frame_makes_pictures_only_for_the_panels_in_view(tall, qtbot) -
     assert drawn and len(drawn) < len(image_run.pictures), "a frame prepared the page ahead too"
     for ident, panel in area.panels.items():
         assert (ident in drawn) == in_view(window, panel), f"{ident}: drawn {ident in drawn}"
+    # Nor is the page below asked for after the frame is on screen (it was, by the panel area, once per frame).
+    soon = [p for p in area.panels.values() if area.in_view(p, ahead=1.0) and not in_view(window, p)]
+    assert soon, "no panel within a page below the view: the window is laid out differently"
+    qtbot.wait(300)
+    assert not window.workspace.preparing
+    assert all(p.ident in area.stale and not current(window, p) for p in soon), "the page below was drawn"
     below = next(p for p in area.panels.values() if not in_view(window, p))
     with qtbot.waitSignal(window.workspace.pictures_ready, timeout=RUN_TIMEOUT_MS):
         area.ensureWidgetVisible(below)

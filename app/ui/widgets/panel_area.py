@@ -225,6 +225,7 @@ class PanelArea(QScrollArea):
         # those of them already asked for (``pictures_wanted``); checked after every scroll and layout.
         self._stale: set[tuple[str, str]] = set()
         self._asked: set[tuple[str, str]] = set()
+        self._ahead = 1.0  # how far ahead of the view the last run's pictures were made, in viewport heights
         self._shown_check = QTimer(self)
         self._shown_check.setSingleShot(True)
         self._shown_check.setInterval(0)  # after the layout has placed the cards
@@ -303,11 +304,15 @@ class PanelArea(QScrollArea):
         settings_for: Callable[[str, str], PanelSettings],
         views: Mapping[tuple[str, str], Mapping[str, PanelPicture]] | None = None,
         deferred: Iterable[Record] = (),
+        ahead: float = 1.0,
     ) -> None:
         """Fill every ticked pair's panels from one run; pairs without a record say why. ``views``: with image B
         set, each record's (kind, key) A / B / A − B pictures (``Comparison.views``); each panel shows the one
         its settings' ``view`` names. ``deferred``: records of panels that were out of view, whose pictures are
-        made when they scroll in (``pictures_wanted``); until then such a panel keeps what it showed."""
+        made when they scroll in (``pictures_wanted``); until then such a panel keeps what it showed. ``ahead``:
+        the margin, in viewport heights, the run drew beyond the view (``hidden_idents``); the deferred panels
+        within it are asked for at once, the others when they scroll within it."""
+        self._ahead = ahead
         self._pending.clear()  # every ticked pair gets its panel here
         self._stale.clear()
         self._asked.clear()
@@ -425,8 +430,10 @@ class PanelArea(QScrollArea):
 
     def _want_shown(self, *_: object) -> None:
         """Ask for the pictures of the waiting panels in view, then (a second request, made after the first) of
-        those a page away, so that what is on screen comes first."""
-        waiting = [ident for ident in self._stale - self._asked if self.in_view(self.panels[ident])]
+        those within the last run's margin (a page for an image), so that what is on screen comes first. A video
+        frame's margin is the view itself: the page below is not drawn for a frame that the next one replaces
+        before a person scrolls (it was a second picture job, and a second hand-over, every frame)."""
+        waiting = [ident for ident in self._stale - self._asked if self.in_view(self.panels[ident], self._ahead)]
         now = [ident for ident in waiting if self.in_view(self.panels[ident], ahead=0)]
         soon = [ident for ident in waiting if ident not in now]
         for wanted in (now, soon):
