@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import RUN_TIMEOUT_MS
+from PIL import Image
 from PySide6.QtCore import QPoint, QPointF, QRectF
 from PySide6.QtGui import QImage, QPainter
 
@@ -262,3 +264,43 @@ def test_a_panel_shows_a_picture_without_its_full_resolution_values(qtbot) -> No
     x, y = picture.arrangement.layout.tile_origin(5)
     panel._on_mouse_moved(panel._viewbox.mapViewToScene(QPointF(x + 0.5, y + 0.5)))
     assert panel._footer.text().startswith("channel 5 · |grad|") and picture.channels._data is not None
+
+
+def test_a_runs_new_pictures_are_painted_in_one_repaint_of_the_window(window, qtbot) -> None:
+    """A video's every frame gives each panel in view a new picture. Through ``QGraphicsItem.update()`` the scene
+    queued the repaint of each plot for a later turn of the event loop: the window repainted once for the panels'
+    labels and again for each plot, 5.3 repaints a frame (``python -m app.ui.bench_live``), each one a pass over
+    the window and a copy to the screen."""
+    from PySide6.QtCore import QEvent, QObject
+
+    from app.ui.state.requests import ImageSource
+
+    class Passes(QObject):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+            if event.type() == QEvent.Type.UpdateRequest:
+                self.count += 1
+            return False
+
+    area = window.panel_area
+    panels = [p for p in area.panels.values() if area.in_view(p, ahead=0) and p.picture is not None]
+    assert len(panels) >= 2
+    pixels = np.asarray(window.workspace.last.image.load())
+    qtbot.wait(200)
+    passes = Passes()
+    window.installEventFilter(passes)
+    runs = 4
+    for index in range(runs):
+        frame = ImageSource(f"clip.mp4 · frame {index}", None, Image.fromarray(np.roll(pixels, index * 8, axis=1)),
+                            frame=True)  # fmt: skip
+        with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+            window.workspace.request_image(frame, debounce=False)
+        qtbot.wait(150)  # every queued repaint done
+        records = {id(r) for r in window.workspace.last.result.records}
+        assert all(id(p.picture.record) in records for p in panels)
+    window.removeEventFilter(passes)
+    # one repaint a run, and a few for the status bar's lines and the like; not one more for each plot
+    assert passes.count < runs * 2, f"{passes.count} repaints of the window for {runs} runs of {len(panels)} plots"
