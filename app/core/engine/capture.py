@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -103,10 +102,10 @@ def class_ranking(scores: torch.Tensor) -> torch.Tensor:
     its logits still differ); equal logits by the lowest index; NaN last. Ranked in float64 on the CPU, so the
     order is the same on every device.
     """
-    row = np.asarray(scores.detach()[0].to("cpu", torch.float64))
-    # A NaN ranks with -inf; a stable sort of the negated logits keeps ties in index order. numpy, not torch.sort:
-    # right after the backward pass torch's sort took 0.1 ms of a live frame, numpy's a fifth of that.
-    return torch.from_numpy(np.argsort(np.where(np.isnan(row), np.inf, -row), kind="stable"))
+    row = scores.detach()[0].to("cpu", torch.float64)
+    row = torch.nan_to_num(row, nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
+    # A NaN ranks with -inf; a stable sort keeps ties in index order.
+    return torch.sort(row, descending=True, stable=True).indices
 
 
 def check_target(target: Target, classes: int | None) -> None:
@@ -127,16 +126,11 @@ def check_target(target: Target, classes: int | None) -> None:
 
 
 def _objective(
-    output: object,
-    target: Target,
-    size: tuple[int, ...] = (),
-    categories: Sequence[str] | None = None,
-    ranking: torch.Tensor | None = None,
+    output: object, target: Target, size: tuple[int, ...] = (), categories: Sequence[str] | None = None
 ) -> tuple[torch.Tensor, int | None, str]:
     """The scalar to differentiate (:mod:`app.core.engine.objectives`): a similarity for ``similar:``/``text:``; a box's
     score for a detector; class logits over pixels for a segmentation model; a class logit for class scores,
-    otherwise the sum of the output. ``size``: the input's (H, W); ``ranking``: ``class_ranking`` of the class
-    scores, when the caller has it already."""
+    otherwise the sum of the output. ``size``: the input's (H, W)."""
     objective = parse_target(target)
     if objective.needs_reference:
         return similarity_objective(output, objective)
@@ -160,19 +154,16 @@ def _objective(
             raise RunError("The model's output holds no floating-point tensor to differentiate.")
         return total, None, "sum of the output"
     if target == "top1":
-        index = int((class_ranking(scores) if ranking is None else ranking)[0])
+        index = int(class_ranking(scores)[0])
         return scores[0, index], index, f"top-1 logit (class {index})"
     index = int(target)
     return scores[0, index], index, f"logit of class {index}"
 
 
-def top_predictions(
-    scores: torch.Tensor, categories: Sequence[str] | None, k: int = 5, ranking: torch.Tensor | None = None
-) -> list[Prediction]:
-    """The first ``k`` classes of ``class_ranking`` (``ranking``, when the caller has it) with their softmax
-    probabilities."""
+def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: int = 5) -> list[Prediction]:
+    """The first ``k`` classes of ``class_ranking`` with their softmax probabilities."""
     probabilities = torch.softmax(scores.detach().float().cpu()[0], dim=0)
-    indices = (class_ranking(scores) if ranking is None else ranking)[:k].tolist()
+    indices = class_ranking(scores)[:k].tolist()
     return [Prediction(i, class_label(i, categories), float(probabilities[i])) for i in indices]
 
 
@@ -267,10 +258,7 @@ def _run_once(
         forward_ms = (time.perf_counter() - start) * 1000
         if cancelled is not None and cancelled():
             raise RunCancelled()
-        found_scores = class_scores(output)
-        # Ranked once: the "top1" target and the predictions both need it (a sort of every class each).
-        ranking = class_ranking(found_scores) if found_scores is not None else None
-        objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories, ranking)
+        objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories)
         start = time.perf_counter()
         model_pass("backward", torch.autograd.grad, objective, [xin, *recorder.grad_roots], allow_unused=True)
         _sync(dev)
@@ -290,7 +278,7 @@ def _run_once(
         input=x.detach().to("cpu"),
         input_grad=input_grads[0] if input_grads else None,
         scores=scores,
-        top5=top_predictions(scores, categories, ranking=ranking) if scores is not None else [],
+        top5=top_predictions(scores, categories) if scores is not None else [],
         target_index=index,
         target=described,
         records=recorder.records,
