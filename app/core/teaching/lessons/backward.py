@@ -60,13 +60,16 @@ def _backward_grad_input(s: Setting, hooks: Handles) -> Outcome:
     (in0, out0), (in1, out1) = seen[0], seen[-1]
     if not mean_abs(in0):
         raise UseBuiltIn(ZERO_GRADIENT.format(path=path))
-    out_same = torch.equal(out0, out1)
+    # Up to float rounding, not bitwise: PyTorch's backward on several CPU threads can add in another order from one
+    # pass to the next (plain resnet18 at 32x32 on two threads: 8 passes of 20 differ in the last bits, none on one).
+    out_diff = max_diff(out0, out1)
+    out_same = close(out1, out0)
     in_scaled = close(in1, GRAD_INPUT_FACTOR * in0)
     ok = len(seen) == 2 and out_same and in_scaled and mean_abs(in0) > 0
     ratio = mean_abs(in1) / mean_abs(in0) if mean_abs(in0) else math.nan
     rows = [
         Row("grad_output: mean |·|", num(mean_abs(out0)), num(mean_abs(out1))),
-        Row("grad_output unchanged", "", "yes, exactly" if out_same else "no"),
+        Row("grad_output unchanged", "", _unchanged_text(out_same, out_diff)),
         Row("grad_input: mean |·|", num(mean_abs(in0)), num(mean_abs(in1))),
         Row("grad_input: first value", num(in0.flatten()[0]), num(in1.flatten()[0])),
         Row("grad_input ratio", "", f"×{num(ratio)}"),
@@ -82,6 +85,12 @@ def _backward_grad_input(s: Setting, hooks: Handles) -> Outcome:
         {"layer": path},
         {"grad_input_before": in0, "grad_input_after": in1, "grad_output_before": out0, "grad_output_after": out1},
     )
+
+
+def _unchanged_text(same: bool, diff: float) -> str:
+    if not same:
+        return f"no (max difference {num(diff)})"
+    return "yes, exactly" if diff == 0 else f"yes, to float rounding (max difference {num(diff)})"
 
 
 def _backward_grad_input_code(s: Setting) -> str:
@@ -106,7 +115,9 @@ image_grad()  # the edit (prepend=True) runs first: read sees the edited grad_in
 for handle in (h_read, {handles}):
     handle.remove()
 (grad_in0, grad_out0), (grad_in1, grad_out1) = seen
-print("grad_output unchanged:", torch.equal(grad_out0, grad_out1))
+# Up to float rounding: a backward pass on several CPU threads can add in another order from one pass to the next.
+diff = (grad_out1 - grad_out0).abs().max().item()
+print("grad_output unchanged:", diff <= 1e-5 * grad_out0.abs().max().item(), f"(max difference {{diff:.2g}})")
 print("grad_input ratio:", (grad_in1.abs().mean() / grad_in0.abs().mean()).item())"""
     return script("a full backward hook reads grad_output and edits grad_input", s, body)
 
