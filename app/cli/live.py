@@ -91,7 +91,7 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
 def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
     from app.core.engine.devices import resolve_device
-    from app.core.live.runner import SeenView, live_run, seen_picture
+    from app.core.live.runner import SeenView, live_run, model_alone_text, seen_picture
     from app.core.live.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
     from app.system.termination import SIGTERM_EXIT, sigterm_raises
 
@@ -147,13 +147,15 @@ def run_live(args: argparse.Namespace) -> int:
         memory = ""
         if report.rss_mb:
             memory = f"; memory {report.rss_mb[0]:.0f} -> {report.rss_mb[1]:.0f} MB"
+        alone, drift = model_alone_text(report.bare_ms[: report.bare_before], report.bare_ms[report.bare_before :])
         print(
             f"processed {report.frames} frames in {report.seconds:.2f} s: {report.processed_fps:.2f} fps "
             f"(source delivered {report.read} at {report.source_fps:.2f} fps, dropped {report.dropped}); "
-            f"model alone (forward+backward, median of {len(report.bare_ms)} runs): {report.engine_fps:.2f} fps; "
-            f"processed/model {report.ratio:.3f}; hooked forward+backward median "
+            f"{alone}; processed/model {report.ratio:.3f}; hooked forward+backward median "
             f"{statistics.median(report.hooked_ms):.1f} ms{memory}"
         )
+        if drift is not None:
+            print(f"hookscope: {drift}", file=sys.stderr)
     if recorder is not None and recorder.frames_written:
         print(f"recorded {recorder.frames_written} pictures ({recorder.frames_written / recorder.fps:.1f} s at "
               f"{recorder.fps:g} fps) of {SeenView(*panel).describe()} -> {recorder.path}")  # fmt: skip

@@ -40,7 +40,7 @@ import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows other
 from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
 
 from app.core.engine.floor import bare_run
-from app.core.live.runner import frame_input, resident_mb
+from app.core.live.runner import frame_input, model_alone_text, resident_mb
 from app.core.live.video import open_video
 from app.system.allocator import keep_freed_memory
 from app.ui.app import Window, _close, wait_for_run
@@ -254,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = timed[-1][0] - timed[0][0]
     processed = args.frames / seconds
     engine = 1000.0 / statistics.median(before + after)
+    alone, drift = model_alone_text(before, after)
     runs = [t for _, t, _ in timed[1:]]
 
     def median(key: str) -> float:
@@ -265,8 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{info.describe()}, at its own rate, looped")  # fmt: skip
     print(f"processed {args.frames} frames in {seconds:.2f} s: {processed:.2f} fps on screen (source delivered "
           f"{marks['source_fps']:.1f} fps, {marks['dropped']:.0f} dropped; {painter.paints / args.frames:.1f} "
-          f"repaints a frame); model alone (forward+backward, median of {len(before) + len(after)} runs): "
-          f"{engine:.2f} fps")  # fmt: skip
+          f"repaints a frame); {alone}")  # fmt: skip
+    if drift is not None:
+        print(f"note: {drift}")
     print(f"  per frame (medians): read {median('read_ms'):.1f} ms, forward+backward {run_ms:.1f} ms, prepare "
           f"{median('prepare_ms'):.1f} ms (worker); update {median('apply_ms'):.1f} ms (GUI thread); frame to frame "
           f"{statistics.median(b[0] - a[0] for a, b in zip(timed, timed[1:])) * 1000:.1f} ms")  # fmt: skip

@@ -7,6 +7,7 @@ import copy
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,14 @@ import torch
 from PIL import Image
 from video_files import frame_number, truncate, write_video
 
-from app.core.live.runner import GRAD_CAM, BackgroundRecorder, SeenView, frame_input, live_run
+from app.core.live.runner import (
+    GRAD_CAM,
+    BackgroundRecorder,
+    SeenView,
+    frame_input,
+    live_run,
+    model_alone_text,
+)
 from app.core.live.video import open_video
 from app.core.models.catalogue import load_model
 
@@ -65,6 +73,11 @@ def test_every_frame_runs_through_the_hooks_and_no_hook_is_left(loaded, videos, 
                           ("layer3", "forward"): (1, 256, 14, 14), ("layer3", "backward"): (1, 256, 14, 14)}  # fmt: skip
     assert report.dropped == 0 and len(report.bare_ms) == 4 and len(report.hooked_ms) == 5
     assert report.processed_fps > 0 and report.engine_fps > 0 and report.ratio > 0
+    # the model alone, before the frames and after them: each phase's own runs
+    assert report.bare_before == 2
+    alone_before, alone_after = report.engine_fps_before_after
+    assert alone_before == pytest.approx(1000 / np.median(report.bare_ms[:2]))
+    assert alone_after == pytest.approx(1000 / np.median(report.bare_ms[2:]))
     assert source.closed
     assert hook_counts(loaded.module) == before
 
@@ -127,7 +140,19 @@ def test_live_prints_the_processed_rate_next_to_the_models_own(videos):
     )
     assert lines[1].startswith("processed 4 frames in ") and "dropped 0" in lines[1]
     assert "model alone (forward+backward, median of 4 runs)" in lines[1] and "processed/model " in lines[1]
+    assert re.search(r"fps \([0-9.]+ before the frames, [0-9.]+ after\); processed/model ", lines[1]), lines[1]
     assert "Traceback" not in done.stderr
+
+
+def test_the_model_alone_is_named_with_each_phase_and_a_drift_is_said():
+    text, notice = model_alone_text([40.0, 41.0, 40.0], [40.0, 40.5, 41.0])
+    assert text == "model alone (forward+backward, median of 6 runs): 24.84 fps (25.00 before the frames, 24.69 after)"
+    assert notice is None  # 1% apart: nothing to say
+    text, notice = model_alone_text([40.0, 40.0, 40.0], [50.0, 50.0, 50.0])
+    assert text.endswith("(25.00 before the frames, 20.00 after)")
+    assert notice is not None and notice.startswith("the model alone ran 25% slower after the frames than before")
+    assert model_alone_text([40.0, 40.0], [])[1] is None  # stopped before the second phase: no comparison
+    assert model_alone_text([40.0, 40.0], []) == ("model alone (forward+backward, median of 2 runs): 25.00 fps", None)
 
 
 @pytest.mark.parametrize("which", ["notes", "cut", pytest.param("camera", marks=pytest.mark.slow)])

@@ -36,6 +36,9 @@ from app.core.models.catalogue import LoadedModel
 from app.system.termination import Terminated
 
 BARE_WARMUP = 2  # untimed runs before the first bare phase: the allocator and the threads settle
+# The model alone is timed before and after the frames; when the two medians differ by more than this, the machine's
+# speed changed during the run and the ratio is uncertain by about as much (a shared machine drifts by 3-10% a minute).
+DRIFT_NOTICE = 0.05
 
 
 @dataclass
@@ -50,6 +53,7 @@ class LiveReport:
     source_fps: float = 0.0  # the source's delivered rate, as measured
     hooked_ms: list[float] = field(default_factory=list)
     bare_ms: list[float] = field(default_factory=list)
+    bare_before: int = 0  # how many of ``bare_ms`` ran before the frames (the rest ran after them)
     input_shape: tuple[int, ...] = ()
     hooks: int = 0  # hooks registered during the run
     ended_by: str = "frames"  # "frames" (the count asked for), "end" (of the file), "Ctrl-C", "SIGTERM", "error"
@@ -66,6 +70,13 @@ class LiveReport:
         return 1000.0 / statistics.median(self.bare_ms) if self.bare_ms else 0.0
 
     @property
+    def engine_fps_before_after(self) -> tuple[float | None, float | None]:
+        """The model alone's rate (1 / the median) before the frames and after them; None for a phase not run."""
+        parts = self.bare_ms[: self.bare_before], self.bare_ms[self.bare_before :]
+        before, after = (1000.0 / statistics.median(part) if part else None for part in parts)
+        return before, after
+
+    @property
     def hooked_fps(self) -> float:
         """1 / the median hooked forward+backward: the hooks' cost without reading and preprocessing."""
         return 1000.0 / statistics.median(self.hooked_ms) if self.hooked_ms else 0.0
@@ -74,6 +85,25 @@ class LiveReport:
     def ratio(self) -> float:
         """Processed rate over the model's own rate (1.0: reading, preprocessing and the hooks cost nothing)."""
         return self.processed_fps / self.engine_fps if self.engine_fps else 0.0
+
+
+def model_alone_text(before_ms: list[float], after_ms: list[float]) -> tuple[str, str | None]:
+    """How a benchmark names its reference: the model alone's rate over both phases, and each phase's, with a
+    notice (None when there is nothing to say) when the two differ by more than ``DRIFT_NOTICE``."""
+    both = before_ms + after_ms
+    text = f"model alone (forward+backward, median of {len(both)} runs): "
+    text += f"{1000.0 / statistics.median(both):.2f} fps" if both else "not timed"
+    if not before_ms or not after_ms:
+        return text, None
+    before, after = 1000.0 / statistics.median(before_ms), 1000.0 / statistics.median(after_ms)
+    text += f" ({before:.2f} before the frames, {after:.2f} after)"
+    drift = abs(after - before) / min(before, after)
+    if drift <= DRIFT_NOTICE:
+        return text, None
+    notice = (f"the model alone ran {drift:.0%} {'faster' if after > before else 'slower'} after the frames than "
+              f"before: the machine's speed changed during the run, so the ratio is uncertain by about as much "
+              "(other work on the machine does this, and so can a shared virtual machine)")  # fmt: skip
+    return text, notice
 
 
 def resident_mb() -> float | None:
@@ -281,6 +311,7 @@ def live_run(
         report.input_shape = tuple(x.shape)
         _bare_phase(model, x, BARE_WARMUP)
         report.bare_ms += _bare_phase(model, x, bare_runs)
+        report.bare_before = len(report.bare_ms)
         registry = HookRegistry(model)
         register(registry)
         report.hooks = len(registry.handles())
