@@ -147,7 +147,7 @@ def run_live(args: argparse.Namespace) -> int:
         memory = ""
         if report.rss_mb:
             memory = f"; memory {report.rss_mb[0]:.0f} -> {report.rss_mb[1]:.0f} MB"
-        alone, drift = model_alone_text(report.bare_ms[: report.bare_before], report.bare_ms[report.bare_before :])
+        alone, drift = model_alone_text(*report.bare_phases)
         print(
             f"processed {report.frames} frames in {report.seconds:.2f} s: {report.processed_fps:.2f} fps "
             f"(source delivered {report.read} at {report.source_fps:.2f} fps, dropped {report.dropped}); "

@@ -75,9 +75,11 @@ def test_every_frame_runs_through_the_hooks_and_no_hook_is_left(loaded, videos, 
     assert report.processed_fps > 0 and report.engine_fps > 0 and report.ratio > 0
     # the model alone, before the frames and after them: each phase's own runs
     assert report.bare_before == 2
-    alone_before, alone_after = report.engine_fps_before_after
-    assert alone_before == pytest.approx(1000 / np.median(report.bare_ms[:2]))
-    assert alone_after == pytest.approx(1000 / np.median(report.bare_ms[2:]))
+    assert report.bare_phases == (report.bare_ms[:2], report.bare_ms[2:])
+    alone_before, alone_after = (1000 / np.median(phase) for phase in report.bare_phases)
+    assert (
+        f"({alone_before:.2f} before the frames, {alone_after:.2f} after)" in model_alone_text(*report.bare_phases)[0]
+    )
     assert source.closed
     assert hook_counts(loaded.module) == before
 

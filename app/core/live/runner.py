@@ -70,11 +70,9 @@ class LiveReport:
         return 1000.0 / statistics.median(self.bare_ms) if self.bare_ms else 0.0
 
     @property
-    def engine_fps_before_after(self) -> tuple[float | None, float | None]:
-        """The model alone's rate (1 / the median) before the frames and after them; None for a phase not run."""
-        parts = self.bare_ms[: self.bare_before], self.bare_ms[self.bare_before :]
-        before, after = (1000.0 / statistics.median(part) if part else None for part in parts)
-        return before, after
+    def bare_phases(self) -> tuple[list[float], list[float]]:
+        """``bare_ms`` split: the runs before the frames and those after them (empty when stopped before)."""
+        return self.bare_ms[: self.bare_before], self.bare_ms[self.bare_before :]
 
     @property
     def hooked_fps(self) -> float:
