@@ -216,6 +216,26 @@ def test_ranking_by_logit_then_lowest_index():
     assert class_ranking(torch.zeros(1, 4, dtype=torch.float64)).tolist() == [0, 1, 2, 3]
 
 
+def test_ranking_and_its_first_classes_match_a_stable_descending_sort():
+    """The numpy ranking (and its first-k shortcut) against torch's stable descending sort of the same row, with
+    ties, NaN, both infinities and -0.0 mixed in: every order and every prefix the same."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2000):
+        size = int(torch.randint(2, 40, (1,), generator=generator))
+        row = torch.randint(-3, 4, (1, size), generator=generator).double()
+        draw = torch.rand(1, size, generator=generator)
+        row[draw < 0.1] = float("nan")
+        row[(draw >= 0.1) & (draw < 0.15)] = float("inf")
+        row[(draw >= 0.15) & (draw < 0.2)] = -float("inf")
+        row[(draw >= 0.2) & (draw < 0.25)] = -0.0
+        cleaned = torch.nan_to_num(row[0], nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
+        expected = torch.sort(cleaned, descending=True, stable=True).indices.tolist()
+        assert class_ranking(row).tolist() == expected, row
+        for first in (1, 2, 5, size, size + 3):
+            assert class_ranking(row, first).tolist() == expected[:first], (row, first)
+        assert [p.index for p in top_predictions(row, None)] == expected[:5]
+
+
 @pytest.fixture(scope="module")
 def mobilenet():
     return load_model("mobilenet_v3_small", "none", seed=0)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -94,18 +95,26 @@ def _is_scores(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape[0] == 1 and value.shape[1] > 1
 
 
-def class_ranking(scores: torch.Tensor) -> torch.Tensor:
-    """The class indices of (1, K) ``scores``, best first: the one ranking that the predictions, the "top1"
-    gradient target, the CLI and the manifest all use.
+def class_ranking(scores: torch.Tensor, first: int | None = None) -> np.ndarray:
+    """The class indices of (1, K) ``scores``, best first (only the ``first`` best when given): the one ranking that
+    the predictions, the "top1" gradient target, the CLI and the manifest all use.
 
     By logit, highest first (softmax keeps that order, but an untrained model's probabilities tie in float32 where
     its logits still differ); equal logits by the lowest index; NaN last. Ranked in float64 on the CPU, so the
-    order is the same on every device.
+    order is the same on every device; in numpy, which wakes no thread team (torch's three small operations took
+    0.1 ms right after a run, every frame of a video).
     """
-    row = scores.detach()[0].to("cpu", torch.float64)
-    row = torch.nan_to_num(row, nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
-    # A NaN ranks with -inf; a stable sort keeps ties in index order.
-    return torch.sort(row, descending=True, stable=True).indices
+    row = scores.detach()[0].to("cpu", torch.float64).numpy()
+    row = np.where(np.isnan(row), -np.inf, row)  # a NaN ranks with -inf
+    candidates = None
+    if first is not None and first < row.size:
+        # Only the classes at or above the first-th best logit, all its ties included, need sorting.
+        threshold = np.partition(row, row.size - first)[row.size - first]
+        candidates = np.flatnonzero(row >= threshold)
+        row = row[candidates]
+    order = np.argsort(-row, kind="stable")  # the negated logits, stably: ties keep the lowest index first
+    ranked = order if candidates is None else candidates[order]
+    return ranked if first is None else ranked[:first]
 
 
 def check_target(target: Target, classes: int | None) -> None:
@@ -126,11 +135,16 @@ def check_target(target: Target, classes: int | None) -> None:
 
 
 def _objective(
-    output: object, target: Target, size: tuple[int, ...] = (), categories: Sequence[str] | None = None
+    output: object,
+    target: Target,
+    size: tuple[int, ...] = (),
+    categories: Sequence[str] | None = None,
+    ranking: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, int | None, str]:
     """The scalar to differentiate (:mod:`app.core.engine.objectives`): a similarity for ``similar:``/``text:``; a box's
     score for a detector; class logits over pixels for a segmentation model; a class logit for class scores,
-    otherwise the sum of the output. ``size``: the input's (H, W)."""
+    otherwise the sum of the output. ``size``: the input's (H, W); ``ranking``: the class scores' ``class_ranking``
+    when the caller has it already."""
     objective = parse_target(target)
     if objective.needs_reference:
         return similarity_objective(output, objective)
@@ -154,17 +168,24 @@ def _objective(
             raise RunError("The model's output holds no floating-point tensor to differentiate.")
         return total, None, "sum of the output"
     if target == "top1":
-        index = int(class_ranking(scores)[0])
+        index = int((class_ranking(scores) if ranking is None else ranking)[0])
         return scores[0, index], index, f"top-1 logit (class {index})"
     index = int(target)
     return scores[0, index], index, f"logit of class {index}"
 
 
-def top_predictions(scores: torch.Tensor, categories: Sequence[str] | None, k: int = 5) -> list[Prediction]:
-    """The first ``k`` classes of ``class_ranking`` with their softmax probabilities."""
+TOP_K = 5  # the predictions a run keeps
+
+
+def top_predictions(
+    scores: torch.Tensor, categories: Sequence[str] | None, k: int = TOP_K, ranking: np.ndarray | None = None
+) -> list[Prediction]:
+    """The first ``k`` classes of ``class_ranking`` (``ranking``, when the caller has it) with their softmax
+    probabilities."""
     probabilities = torch.softmax(scores.detach().float().cpu()[0], dim=0)
-    indices = class_ranking(scores)[:k].tolist()
-    return [Prediction(i, class_label(i, categories), float(probabilities[i])) for i in indices]
+    indices = (class_ranking(scores, k) if ranking is None else ranking)[:k].tolist()
+    chances = probabilities[indices].tolist()  # one indexing, not one per class
+    return [Prediction(i, class_label(i, categories), p) for i, p in zip(indices, chances, strict=True)]
 
 
 def ensure_survey(model: nn.Module, registry: HookRegistry, x: torch.Tensor) -> ModelSurvey:
@@ -258,7 +279,9 @@ def _run_once(
         forward_ms = (time.perf_counter() - start) * 1000
         if cancelled is not None and cancelled():
             raise RunCancelled()
-        objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories)
+        found_scores = class_scores(output)
+        ranking = class_ranking(found_scores, TOP_K) if found_scores is not None else None  # the target, the top 5
+        objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories, ranking)
         start = time.perf_counter()
         model_pass("backward", torch.autograd.grad, objective, [xin, *recorder.grad_roots], allow_unused=True)
         _sync(dev)
@@ -267,8 +290,7 @@ def _run_once(
     task = output_task(output)
     logits = segmentation_logits(output) if task == "segmentation" else None
     found = detections_of(output) if task == "detection" else None
-    scores = class_scores(output)
-    scores = scores.detach().to("cpu") if scores is not None else None
+    scores = found_scores.detach().to("cpu") if found_scores is not None else None
     baseline_scores = None
     if baseline and scores is not None and registry.enabled_edits():
         with torch.no_grad(), registry.edits_suspended():
@@ -278,7 +300,7 @@ def _run_once(
         input=x.detach().to("cpu"),
         input_grad=input_grads[0] if input_grads else None,
         scores=scores,
-        top5=top_predictions(scores, categories) if scores is not None else [],
+        top5=top_predictions(scores, categories, TOP_K, ranking) if scores is not None else [],
         target_index=index,
         target=described,
         records=recorder.records,
