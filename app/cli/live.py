@@ -91,7 +91,7 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
 def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
     from app.core.engine.devices import resolve_device
-    from app.core.live.runner import SeenView, live_run, model_alone_text, seen_picture
+    from app.core.live.runner import SeenView, live_run, model_alone_text, seen_picture, source_bound_text
     from app.core.live.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
     from app.system.termination import SIGTERM_EXIT, sigterm_raises
 
@@ -156,6 +156,14 @@ def run_live(args: argparse.Namespace) -> int:
         )
         if drift is not None:
             print(f"hookscope: {drift}", file=sys.stderr)
+        remedy = "--unpaced" if args.video else None  # a camera has its own rate
+        bound = (
+            None
+            if args.unpaced
+            else source_bound_text(report.processed_fps, report.source_fps, report.engine_fps, remedy)
+        )
+        if bound is not None:
+            print(f"hookscope: {bound}", file=sys.stderr)
     if recorder is not None and recorder.frames_written:
         print(f"recorded {recorder.frames_written} pictures ({recorder.frames_written / recorder.fps:.1f} s at "
               f"{recorder.fps:g} fps) of {SeenView(*panel).describe()} -> {recorder.path}")  # fmt: skip

@@ -27,6 +27,7 @@ from app.core.live.runner import (
     frame_input,
     live_run,
     model_alone_text,
+    source_bound_text,
 )
 from app.core.live.video import open_video
 from app.core.models.catalogue import load_model
@@ -41,6 +42,7 @@ def videos(tmp_path_factory):
     clip = write_video(folder / "clip.mp4", frames=12)
     return {"mp4": clip, "avi": write_video(folder / "clip.avi", frames=12),
             "fast": write_video(folder / "fast.avi", frames=30, fps=60.0),
+            "slow": write_video(folder / "slow.avi", frames=12, fps=5.0),
             "cut": truncate(write_video(folder / "whole.avi", frames=30), folder / "cut.avi")}  # fmt: skip
 
 
@@ -144,6 +146,44 @@ def test_live_prints_the_processed_rate_next_to_the_models_own(videos):
     assert "model alone (forward+backward, median of 4 runs)" in lines[1] and "processed/model " in lines[1]
     assert re.search(r"fps \([0-9.]+ before the frames, [0-9.]+ after\); processed/model ", lines[1]), lines[1]
     assert "Traceback" not in done.stderr
+    assert "the source delivered" not in done.stderr  # unpaced: the model never waits for the file
+
+
+def test_a_source_slower_than_the_model_is_said_to_bound_the_ratio(videos):
+    """A 5 fps file played at its own rate: the model (tens of frames a second) waits for every frame, and the
+    command says the ratio measures the source, with the bound the source sets and the option that lifts it."""
+    done = hookscope("live", "--video", str(videos["slow"]), "--layers", "layer1", "--hooks", "forward",
+                     "--frames", "4", "--bare-runs", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rates = re.search(r": ([0-9.]+) fps \(source delivered .* median of 4 runs\): ([0-9.]+) fps", done.stdout)
+    assert rates, done.stdout
+    processed, engine = float(rates[1]), float(rates[2])
+    ratio = float(re.search(r"processed/model ([0-9.]+)", done.stdout)[1])  # type: ignore[index]
+    notice = [line for line in done.stderr.splitlines() if "the source delivered" in line]
+    assert len(notice) == 1, done.stderr
+    bound = float(re.search(r"the ratio is at most ([0-9.]+) here", notice[0])[1])  # type: ignore[index]
+    assert notice[0].startswith("hookscope: the source delivered ") and notice[0].endswith(
+        "; --unpaced gives frames as fast as the model takes them"
+    )
+    # 4 frames are 3 of the source's intervals and one run: the processed rate reads a little above the source's
+    assert processed < 8 < engine and bound < 0.6 and ratio < 0.6
+
+
+def test_the_source_bound_is_said_only_when_the_source_held_the_model_back():
+    # a source faster than the model, or frames all due before the model was free: nothing to say
+    assert source_bound_text(20.0, 60.0, 25.0, "--unpaced") is None
+    assert source_bound_text(20.0, 30.0, 30.0, "--unpaced") is None
+    text = source_bound_text(24.5, 25.0, 50.0, "--unpaced")
+    assert text == (
+        "the source delivered 25.0 frames a second, fewer than the model alone takes (50.0): the processed rate "
+        "cannot pass the source's, so the ratio is at most 0.50 here and measures the source as well as the "
+        "overheads; --unpaced gives frames as fast as the model takes them"
+    )
+    text = source_bound_text(29.0, 30.0, 29.5)  # a camera: no option to name
+    assert text == (
+        "the source delivered 30.0 frames a second, about as many as the model alone takes (29.5): the model waits "
+        "for a frame now and then, so the ratio measures the source as well as the overheads"
+    )
 
 
 def test_the_model_alone_is_named_with_each_phase_and_a_drift_is_said():

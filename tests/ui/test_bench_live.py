@@ -30,3 +30,21 @@ def test_bench_live_prints_the_ratio_the_stall_and_the_memory() -> None:
     assert any(line.startswith("longest event-loop stall while the video played (4 frames more, the stall timer on): ")
                for line in lines)  # fmt: skip
     assert any(line.startswith("resident memory over 4 frames: ") for line in lines)
+
+
+@pytest.mark.slow
+def test_bench_live_says_when_its_video_held_the_model_back() -> None:
+    """A video written at 5 fps: the model waits for every frame, and the bench says the ratio measures the source,
+    naming the option that writes a faster one."""
+    done = subprocess.run([sys.executable, "-m", "app.ui.bench_live", "--frames", "4", "--bare-runs", "1",
+                           "--layers", "layer1", "--clip-fps", "5"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "(320x240 at 5 fps, 300 frames), at its own rate, looped" in lines[0]
+    notes = [line for line in lines if line.startswith("note: the source delivered ")]
+    assert len(notes) == 1, done.stdout
+    assert "fewer than the model alone takes" in notes[0]
+    assert notes[0].endswith(
+        "; a video faster than the model (--clip-fps 60) gives frames as fast as the model takes them"
+    )

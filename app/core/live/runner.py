@@ -39,6 +39,9 @@ BARE_WARMUP = 2  # untimed runs before the first bare phase: the allocator and t
 # The model alone is timed before and after the frames; when the two medians differ by more than this, the machine's
 # speed changed during the run and the ratio is uncertain by about as much (a shared machine drifts by 3-10% a minute).
 DRIFT_NOTICE = 0.05
+# A source that delivers frames no more than this much faster than the model alone takes them bounds the processed
+# rate by its own: the model waits for frames now and then, and the ratio then measures the source too.
+SOURCE_MARGIN = 0.05
 
 
 @dataclass
@@ -102,6 +105,29 @@ def model_alone_text(before_ms: list[float], after_ms: list[float]) -> tuple[str
               f"before: the machine's speed changed during the run, so the ratio is uncertain by about as much "
               "(other work on the machine does this, and so can a shared virtual machine)")  # fmt: skip
     return text, notice
+
+
+def source_bound_text(
+    processed_fps: float, source_fps: float, engine_fps: float, remedy: str | None = None
+) -> str | None:
+    """A notice (None when there is nothing to say) when a source that plays at its own rate held the processed
+    rate back: it delivered frames no faster than the model alone takes them, and the processed rate came close to
+    the source's (both within ``SOURCE_MARGIN``). The ratio is then bounded by the source and is no measure of the
+    overheads alone. ``remedy`` names how to feed frames faster than the model (the command's own option; None for
+    a camera, which has its own rate)."""
+    if min(processed_fps, source_fps, engine_fps) <= 0 or source_fps > engine_fps * (1 + SOURCE_MARGIN):
+        return None
+    if processed_fps < source_fps * (1 - SOURCE_MARGIN):  # every frame was due before the model was free
+        return None
+    if source_fps < engine_fps:
+        text = (f"the source delivered {source_fps:.1f} frames a second, fewer than the model alone takes "
+                f"({engine_fps:.1f}): the processed rate cannot pass the source's, so the ratio is at most "
+                f"{source_fps / engine_fps:.2f} here and measures the source as well as the overheads")  # fmt: skip
+    else:
+        text = (f"the source delivered {source_fps:.1f} frames a second, about as many as the model alone takes "
+                f"({engine_fps:.1f}): the model waits for a frame now and then, so the ratio measures the source as "
+                "well as the overheads")  # fmt: skip
+    return text + (f"; {remedy} gives frames as fast as the model takes them" if remedy else "")
 
 
 def resident_mb() -> float | None:
