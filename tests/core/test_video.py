@@ -92,6 +92,28 @@ def test_a_paced_file_is_read_on_demand_so_the_reader_sleeps_while_the_model_run
         assert stream.read_count == newest.index + 1 and stream.dropped == newest.index - first.index - 1
 
 
+def test_asked_for_a_paced_file_decodes_its_newest_frame_before_it_is_taken(videos):
+    # The window asks when a frame's model passes are done, so that the next frame is decoded while the pictures
+    # are made: take then finds it waiting. Asking while a frame waits reads nothing more.
+    with LatestFrame(open_video(videos["fast"]), paced=True) as stream:  # 32 frames at 50 fps
+        first = stream.take(timeout=5)
+        time.sleep(0.1)  # five frames' time, nobody asking: nothing decoded
+        assert not stream.pending and stream.read_count == 1
+        stream.ask()
+        assert stream.pending
+        deadline = time.monotonic() + 5
+        while not stream.holds_frame and time.monotonic() < deadline:
+            time.sleep(0.002)
+        read = stream.read_count
+        assert stream.holds_frame and read >= 5  # the frames due meanwhile passed over, the newest put
+        stream.ask()
+        time.sleep(0.1)
+        assert stream.read_count == read and stream.source.frames_read == read  # a frame waits: nothing more read
+        newest = stream.take(timeout=0)
+        assert newest is not None and newest.index == read - 1 > first.index + 3
+        assert frame_number(newest.rgb) == newest.index and stream.dropped == newest.index - first.index - 1
+
+
 def test_a_file_plays_on_from_the_frame_it_is_at_without_waiting_a_frame(videos):
     # hookscope live reads frame 0 itself (to time the model alone) before the stream starts: frame 1 is then due at
     # once. Timed from the stream's start, it waited a frame's time (40 ms at 25 fps), a frame the timed part lost.

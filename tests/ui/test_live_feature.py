@@ -96,6 +96,26 @@ def test_a_dropped_video_plays_through_the_run_path_newest_frame_winning(
     assert workspace.image == source and workspace.last.image == source  # the last frame stays, as an image
 
 
+def test_the_next_frame_is_asked_for_when_the_model_is_done_not_when_the_run_path_frees(
+    feature, workspace, qtbot, shown, tmp_path
+):
+    """Each frame's run asks the reader for the next frame as soon as the model's passes are done, so that it is
+    decoded while the pictures are made: when the run comes on screen, a frame is waiting or being decoded already
+    (without the ask, the reader of a paced file sleeps until the run path frees)."""
+    clip = write_video(tmp_path / "clip.avi", frames=30, fps=60.0)  # the next frame is due when a run ends
+    seen: list[tuple[bool, bool]] = []
+
+    def on_screen(outcome) -> None:
+        if feature.stream is not None and " · frame " in outcome.image.name:
+            seen.append((feature.stream.pending, feature.stream.ended))
+
+    workspace.run_applied.connect(on_screen)
+    feature.open_video(clip)
+    qtbot.waitUntil(lambda: not feature.playing, timeout=RUN_TIMEOUT_MS)
+    assert len(seen) >= 3 and len(shown) == len(seen)
+    assert all(pending or ended for pending, ended in seen), seen  # at the file's end there is nothing to ask for
+
+
 def test_space_freezes_the_video_where_it_is_dot_steps_and_space_resumes_from_there(
     feature, workspace, host, qtbot, shown, tmp_path
 ):

@@ -552,6 +552,12 @@ class LatestFrame:
         return self._paused
 
     @property
+    def pending(self) -> bool:
+        """Whether a frame is waiting in the mailbox or asked for (``ask``, a ``take`` still waiting)."""
+        with self._lock:
+            return self._slot is not None or self._wanted
+
+    @property
     def holds_frame(self) -> bool:
         """Whether a frame is waiting in the mailbox (``take`` would return it at once)."""
         with self._lock:
@@ -592,6 +598,14 @@ class LatestFrame:
                 error, self._error = self._error, None
                 raise error
             return None
+
+    def ask(self) -> None:
+        """Ask for the newest frame now without waiting for it: a paced file decodes it on demand meanwhile, and
+        ``take`` then finds it waiting. Nothing happens while a frame waits already or a request is pending."""
+        with self._lock:
+            if self._slot is None and not self._ended and not self._wanted:
+                self._wanted = True
+                self._lock.notify_all()
 
     def take_due(self, wait: float) -> Frame | None:
         """``take`` without blocking, except when a paced file's next frame is due already: then the reader is

@@ -62,6 +62,9 @@ class ImageSource:
     # a frame of a playing video or camera: one of many a second, so the window renews its per-run lines (status,
     # timings) at a reading pace instead of repainting them every frame
     frame: bool = False
+    # called on the worker as soon as the model's passes are done, before the pictures are made: a playing video
+    # asks its reader for the next frame then, so that it is decoded by the time the run path frees
+    after_model: Callable[[], object] | None = field(default=None, compare=False)
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ImageSource:
@@ -235,6 +238,8 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
         )
         if cancelled():
             raise RunCancelled()
+    if request.image.after_model is not None:
+        request.image.after_model()
     start = time.perf_counter()
     shown = [r for r in result.records if (r.kind, r.key) not in request.hidden]
     deferred = tuple(r for r in result.records if (r.kind, r.key) in request.hidden)
