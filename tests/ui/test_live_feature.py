@@ -102,7 +102,7 @@ def test_the_next_frame_is_asked_for_when_the_model_is_done_not_when_the_run_pat
     """Each frame's run asks the reader for the next frame as soon as the model's passes are done, so that it is
     decoded while the pictures are made: when the run comes on screen, a frame is waiting or being decoded already
     (without the ask, the reader of a paced file sleeps until the run path frees)."""
-    clip = write_video(tmp_path / "clip.avi", frames=30, fps=60.0)  # the next frame is due when a run ends
+    clip = write_video(tmp_path / "clip.avi", frames=30, fps=30.0)  # 1 s: a few frames even on a slow machine
     seen: list[tuple[bool, bool]] = []
 
     def on_screen(outcome) -> None:
