@@ -168,7 +168,7 @@ def _objective(
             raise RunError("The model's output holds no floating-point tensor to differentiate.")
         return total, None, "sum of the output"
     if target == "top1":
-        index = int((class_ranking(scores) if ranking is None else ranking)[0])
+        index = int((class_ranking(scores, 1) if ranking is None else ranking)[0])
         return scores[0, index], index, f"top-1 logit (class {index})"
     index = int(target)
     return scores[0, index], index, f"logit of class {index}"

@@ -584,9 +584,7 @@ class LatestFrame:
         """The newest frame not taken yet, waiting for one; None at the end of the source (or after ``timeout``
         seconds without a frame). Raises the reader's :class:`VideoError` once the frames before it were taken."""
         with self._lock:
-            if self._slot is None and not self._ended and not self._wanted:
-                self._wanted = True  # a paced file reads on demand: this asks for the next frame
-                self._lock.notify_all()
+            self._ask_locked()  # a paced file reads on demand: this asks for the next frame
             if not self._lock.wait_for(lambda: self._slot is not None or self._ended, timeout):
                 return None
             if self._slot is not None:
@@ -603,9 +601,12 @@ class LatestFrame:
         """Ask for the newest frame now without waiting for it: a paced file decodes it on demand meanwhile, and
         ``take`` then finds it waiting. Nothing happens while a frame waits already or a request is pending."""
         with self._lock:
-            if self._slot is None and not self._ended and not self._wanted:
-                self._wanted = True
-                self._lock.notify_all()
+            self._ask_locked()
+
+    def _ask_locked(self) -> None:
+        if self._slot is None and not self._ended and not self._wanted:
+            self._wanted = True
+            self._lock.notify_all()
 
     def take_due(self, wait: float) -> Frame | None:
         """``take`` without blocking, except when a paced file's next frame is due already: then the reader is
