@@ -48,3 +48,35 @@ def test_bench_live_says_when_its_video_held_the_model_back() -> None:
     assert notes[0].endswith(
         "; a video faster than the model (--clip-fps 60) gives frames as fast as the model takes them"
     )
+
+
+def test_the_model_alone_runs_on_the_thread_the_window_keeps_for_the_model(qapp) -> None:
+    """``bare_ms`` waits for its runs without ending the model's pool thread (``QThreadPool.waitForDone`` would: every
+    phase then started a new thread, with a new OpenMP team): the runs before it, its own and those after it share
+    one thread."""
+    import threading
+
+    import torch
+
+    from app.ui.bench_live import bare_ms
+    from app.ui.state.worker import model_pool
+
+    threads: list[int] = []
+    ran = threading.Event()
+
+    def note_thread() -> None:
+        threads.append(threading.get_native_id())
+        ran.set()
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5))
+    x = torch.randn(1, 3, 8, 8)
+    for _ in range(2):
+        ran.clear()
+        model_pool().start(note_thread)
+        assert ran.wait(10)
+        times = bare_ms(model, x, 2)
+        assert len(times) == 2 and min(times) > 0
+    ran.clear()
+    model_pool().start(note_thread)
+    assert ran.wait(10)
+    assert len(threads) == 3 and len(set(threads)) == 1, threads
