@@ -6,9 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import torch
+
+from app.ui.bench_live import bare_ms
+from app.ui.state.worker import model_pool
 
 pytest.importorskip("cv2")
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,29 +59,20 @@ def test_the_model_alone_runs_on_the_thread_the_window_keeps_for_the_model(qapp)
     """``bare_ms`` waits for its runs without ending the model's pool thread (``QThreadPool.waitForDone`` would: every
     phase then started a new thread, with a new OpenMP team): the runs before it, its own and those after it share
     one thread."""
-    import threading
 
-    import torch
-
-    from app.ui.bench_live import bare_ms
-    from app.ui.state.worker import model_pool
-
-    threads: list[int] = []
-    ran = threading.Event()
-
-    def note_thread() -> None:
-        threads.append(threading.get_native_id())
-        ran.set()
+    def model_thread() -> int:
+        """The native id of the thread a job on the model's pool runs on."""
+        found: list[int] = []
+        ran = threading.Event()
+        model_pool().start(lambda: (found.append(threading.get_native_id()), ran.set()))
+        assert ran.wait(10)
+        return found[0]
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5))
     x = torch.randn(1, 3, 8, 8)
+    threads = [model_thread()]
     for _ in range(2):
-        ran.clear()
-        model_pool().start(note_thread)
-        assert ran.wait(10)
         times = bare_ms(model, x, 2)
         assert len(times) == 2 and min(times) > 0
-    ran.clear()
-    model_pool().start(note_thread)
-    assert ran.wait(10)
-    assert len(threads) == 3 and len(set(threads)) == 1, threads
+        threads.append(model_thread())
+    assert len(set(threads)) == 1, threads
