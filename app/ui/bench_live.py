@@ -42,7 +42,7 @@ from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
 
 from app.core.engine.floor import bare_run
 from app.core.live.runner import frame_input, model_alone_text, resident_mb, source_bound_text
-from app.core.live.video import open_video
+from app.core.live.video import VideoRecorder, open_video
 from app.system.allocator import keep_freed_memory
 from app.ui.app import Window, _close, wait_for_run
 from app.ui.bench_gui import WINDOW_SIZE, StallMeter, measured_window
@@ -60,19 +60,23 @@ BARE_WARMUP = 2
 
 
 def write_clip(folder: Path, frames: int = 300, fps: float = 30.0, size: tuple[int, int] = (320, 240)) -> Path:
-    """A video with a pattern that moves from frame to frame (mp4v, in every OpenCV wheel's FFmpeg)."""
-    import cv2
+    """A video with a pattern that moves from frame to frame (mp4v, in every OpenCV wheel's FFmpeg).
 
+    Written by the app's own recorder, so that OpenCV is first loaded the way the app loads it (quiet: a file that
+    is not a video opened later in the same process says so in one line, without FFmpeg's own messages)."""
     path = folder / "bench-clip.mp4"
     width, height = size
-    fourcc = cv2.VideoWriter_fourcc(*"mp4v")  # type: ignore[attr-defined]  # missing from the stubs
-    writer = cv2.VideoWriter(str(path), fourcc, fps, size)
+    recorder = VideoRecorder(path, fps)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    for index in range(frames):
-        phase = index / frames * 2 * np.pi
-        picture = np.stack([np.sin(x / 17 + phase * 3), np.cos(y / 13 - phase * 2), np.sin((x + y) / 29 + phase)], -1)
-        writer.write(((picture + 1) * 127.5).astype(np.uint8))
-    writer.release()
+    try:
+        for index in range(frames):
+            phase = index / frames * 2 * np.pi
+            picture = np.stack(
+                [np.sin((x + y) / 29 + phase), np.cos(y / 13 - phase * 2), np.sin(x / 17 + phase * 3)], -1
+            )
+            recorder.add(index, ((picture + 1) * 127.5).astype(np.uint8))
+    finally:
+        recorder.close()
     return path
 
 

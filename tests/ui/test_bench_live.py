@@ -76,3 +76,29 @@ def test_the_model_alone_runs_on_the_thread_the_window_keeps_for_the_model(qapp)
         assert len(times) == 2 and min(times) > 0
         threads.append(model_thread())
     assert len(set(threads)) == 1, threads
+
+
+def test_the_written_clip_leaves_opencv_quiet_for_a_file_that_is_not_a_video(tmp_path) -> None:
+    """``write_clip`` loads OpenCV as the app does (its FFmpeg silenced): a file that is not a video, opened later in
+    the same process (the benches and ``real_screen.py`` do), is one line of ours, with nothing of FFmpeg's on stderr.
+    Written with OpenCV imported straight away, FFmpeg printed 'moov atom not found' there."""
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("notes, not a video\n" * 40)
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from app.ui.bench_live import write_clip\n"
+        "from app.core.live.video import VideoError, open_video\n"
+        "clip = write_clip(Path(sys.argv[1]))\n"
+        "with open_video(clip) as source: print(source.info.describe().split(' (')[1])\n"
+        "try: open_video(sys.argv[2])\n"
+        "except VideoError as error: print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(notes)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "320x240 at 30 fps, 300 frames)",
+        f"Cannot read '{notes}': it is not a video file FFmpeg can open (not a video, truncated before its index, or "
+        "damaged).",
+    ]
+    assert "moov" not in done.stderr and "mov,mp4" not in done.stderr, done.stderr
