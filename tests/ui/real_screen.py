@@ -94,11 +94,14 @@ def check_plot(panel, shot: QImage) -> dict | None:
     colours = mosaic_colours(picture)
     height, width = colours.shape[:2]
     to_scene, _ = view.viewportTransform().inverted()
-    item = panel._mosaic
+    # Mosaic pixels are the view box's units. Mapped through the box's range as it stands (``mapSceneToView``
+    # applies a range not yet painted), not the item's transform as last painted: a zoom that never reached the
+    # screen would otherwise be checked against the screen it left.
+    to_mosaic = panel._viewbox.mapSceneToView
     # How many mosaic pixels one screen pixel spans: the worker samples every step-th one, so the pixel shown
     # can be that far from the one under the centre.
-    corner_a = item.mapFromScene(to_scene.map(QPointF(0, 0)))
-    corner_b = item.mapFromScene(to_scene.map(QPointF(1, 1)))
+    corner_a = to_mosaic(to_scene.map(QPointF(0, 0)))
+    corner_b = to_mosaic(to_scene.map(QPointF(1, 1)))
     span = max(abs(corner_b.x() - corner_a.x()), abs(corner_b.y() - corner_a.y()))
     radius = max(1, int(np.ceil(span)))
     checked = matched = 0
@@ -106,7 +109,7 @@ def check_plot(panel, shot: QImage) -> dict | None:
     for gy in np.linspace(seen.top() + 1, seen.bottom() - 1, GRID).round().astype(int):
         for gx in np.linspace(seen.left() + 1, seen.right() - 1, GRID).round().astype(int):
             local = viewport.mapFromGlobal(QPointF(gx + 0.5, gy + 0.5))
-            point = item.mapFromScene(to_scene.map(local))
+            point = to_mosaic(to_scene.map(local))
             x, y = int(np.floor(point.x())), int(np.floor(point.y()))
             if not (radius <= x < width - radius and radius <= y < height - radius):
                 continue  # off the mosaic, or at its edge
@@ -313,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         panel = first_panel_in_view(window)
         viewport = panel._view.viewport()
         before = panel._viewbox.viewRange()
+        shown = screen_image().copy(visible_rect(viewport))
         # Ctrl+wheel up twice over tile 0; the pointer stays there: the zoom must show without another event
         pointer(
             *at(viewport, tile_point(panel, 0)),
@@ -328,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             "ctrl",
         )
         assert panel._viewbox.viewRange() != before, "Ctrl+wheel did not zoom"
+        settle(window, QApplication.instance())
+        assert screen_image().copy(visible_rect(viewport)) != shown, "the zoom did not reach the screen"
 
     @step("double-click")
     def _double_click() -> None:

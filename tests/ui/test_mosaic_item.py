@@ -127,6 +127,22 @@ def test_zooming_in_past_the_workers_copy_paints_the_whole_mosaic(qtbot) -> None
     assert full is not None and full.is_full and full.arrangement is picture.arrangement
 
 
+def test_a_zoom_shows_without_another_paint_asked_for(qtbot) -> None:
+    """A zoom (Ctrl+wheel, a pan, the double-click's fit) changes the view box's range, and pyqtgraph applies it at
+    the views' next paint: the view must be repainted by the event loop alone, with no grab forcing a paint (on a
+    real screen nothing else paints it, and the zoom did not show until the next run)."""
+    panel = FeatureMapPanel("layer", "forward", "layer", PanelSettings())
+    qtbot.addWidget(panel)
+    panel.resize(340, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.show_picture(with_rendering(picture_of(record(torch.rand(1, 16, 9, 9)), PanelSettings()), panel.view_size()))
+    qtbot.wait(100)
+    fitted = panel._viewbox.childGroup.transform().m11()  # view box units to pixels, as painted
+    panel._viewbox.setRange(QRectF(0, 0, 9, 9), padding=0)  # one tile of a 39-pixel-wide mosaic fills the view
+    qtbot.waitUntil(lambda: panel._viewbox.childGroup.transform().m11() > 3 * fitted, timeout=2000)
+
+
 @pytest.mark.parametrize("shape", [(1, 4, 5, 5), (1, 6)])
 def test_nan_and_inf_become_zero_with_a_note(shape: tuple[int, ...]) -> None:
     values = torch.rand(*shape)

@@ -61,12 +61,8 @@ class MosaicItem(pg.GraphicsObject):
         queues its views' repaint for a later turn of the event loop, so that each plot took a repaint of the
         window of its own after the one for the labels: 5.3 repaints a frame for a playing video, 1.1 this way
         (``python -m app.ui.bench_live``). The mosaic fills its view: the whole viewport is what changed."""
-        scene = self.scene()
-        if scene is None:
+        if not repaint_views(self):
             self.update()
-            return
-        for view in scene.views():
-            view.viewport().update()
 
     def release(self) -> None:
         """Drop the pictures (the panel is being removed): nothing left to paint."""
@@ -112,6 +108,17 @@ class MosaicItem(pg.GraphicsObject):
                 self._full = render_mosaic(rendered.arrangement, rendered.lut)
             image = self._full
         painter.drawImage(self._rect, image.qimage)
+
+
+def repaint_views(item: QGraphicsItem) -> bool:
+    """Ask every view of ``item``'s scene to repaint its whole viewport, in the window's next repaint; False when
+    the item is in no scene."""
+    scene = item.scene()
+    if scene is None:
+        return False
+    for view in scene.views():
+        view.viewport().update()
+    return True
 
 
 def zooms(event: Any) -> bool:
@@ -183,6 +190,13 @@ class MosaicViewBox(pg.ViewBox):
         super().__init__(*args, **kwargs)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
         self.borderRect.setVisible(False)
+
+    def update(self, *args: Any) -> None:
+        """pyqtgraph applies a new range (a zoom, a pan, the double-click's fit) at the views' next paint
+        (``prepareForPaint``) and asks for that paint with ``update()``; an item with no contents gets none from
+        Qt, so the zoom showed only at the next run. The views are repainted instead."""
+        if not repaint_views(self):
+            super().update(*args)
 
     def wheelEvent(self, ev, axis=None) -> None:  # noqa: N802 (pyqtgraph's name)
         if not zooms(ev):
