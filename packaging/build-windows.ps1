@@ -45,7 +45,7 @@ if ($NoSplash) { $env:HOOKSCOPE_SPLASH = "0" } else {
 }
 Remove-Item Env:HOOKSCOPE_WEIGHTS_DIR -ErrorAction SilentlyContinue
 if ($WithWeights.Count -gt 0) {
-  Run $Py (@("-m", "app.core.bundled_weights", "build\weights") + $WithWeights)
+  Run $Py (@("-m", "hookscope.core.bundled_weights", "build\weights") + $WithWeights)
   $env:HOOKSCOPE_WEIGHTS_DIR = "$PWD\build\weights"
 }
 # The user guide, shipped for Help > User guide (offline).
@@ -67,6 +67,6 @@ if ($p.ExitCode -ne 0) { throw "self-test failed ($($p.ExitCode))" }
 Run $Py @("packaging\bundle_checks.py", "write-video", "build\check-video.avi")
 $p = Start-Process dist\hookscope\hookscope.exe -ArgumentList @("live", "--video", "build\check-video.avi", "--layers", "layer1", "--frames", "2", "--unpaced", "--bare-runs", "1") -Wait -PassThru
 if ($p.ExitCode -ne 0) { throw "video check failed ($($p.ExitCode))" }
-$env:HOOKSCOPE_VERSION = (Select-String -Path app\__init__.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
+$env:HOOKSCOPE_VERSION = (Select-String -Path app\hookscope\__init__.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
 $env:HOOKSCOPE_VARIANT = $Variant
 iscc packaging\hookscope.iss

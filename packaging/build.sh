@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
 done
 case "$VARIANT" in cpu|cuda) ;; *) die "--variant takes cpu or cuda (not '$VARIANT')" ;; esac
 
-VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' app/__init__.py)
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' app/hookscope/__init__.py)
 OS=${BUILD_OS:-$(uname -s | tr '[:upper:]' '[:lower:]')}; [ "$OS" = darwin ] && OS=macos
 ARCH=$(uname -m)
 PYTHON=${PYTHON:-python3}
@@ -96,7 +96,7 @@ unset HOOKSCOPE_WEIGHTS_DIR
 if [ ${#WEIGHTS[@]} -gt 0 ]; then
   step "pretrained weights to ship: ${WEIGHTS[*]}"
   run rm -rf build/weights
-  run "$VPY" -m app.core.models.bundled_weights build/weights "${WEIGHTS[@]}"
+  run "$VPY" -m hookscope.core.models.bundled_weights build/weights "${WEIGHTS[@]}"
   export HOOKSCOPE_WEIGHTS_DIR="$ROOT/build/weights"
 fi
 

@@ -5,14 +5,14 @@ hookscope.spec). Then, in this order: torch, before anything imports Qt (on Wind
 Qt fails to initialise its DLLs, pytorch#166628); pretrained weights shipped in the bundle copied into the user's
 torch hub cache when missing there; the command line, which opens the window and closes the splash once the window
 is shown. A failure before the window (torch does not load, Qt does not load, no display) goes to the per-user
-error log and a message box (app.system.startup), not only to a console a windowed app does not have.
+error log and a message box (hookscope.system.startup), not only to a console a windowed app does not have.
 """
 
 import os
 import sys
 import traceback
 
-from app.system.startup import close_splash, report_startup_error, splash_text
+from hookscope.system.startup import close_splash, report_startup_error, splash_text
 
 WINDOWLESS_OPTIONS = {"--self-test", "--screenshot", "--install-desktop-entry", "--uninstall-desktop-entry",
                       "--version", "-h", "--help"}  # fmt: skip
@@ -35,10 +35,10 @@ def main() -> int:
     except Exception as error:  # noqa: BLE001  (a broken installation: say so where a person can see it)
         return report_startup_error(f"PyTorch could not be loaded ({error}).", traceback.format_exc())
     splash_text("Opening the window…")
-    from app.core.models.bundled_weights import install_bundled_weights
+    from hookscope.core.models.bundled_weights import install_bundled_weights
 
     install_bundled_weights()
-    from app.cli import main as command_line
+    from hookscope.cli import main as command_line
 
     return command_line()
 

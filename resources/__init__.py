@@ -1,1 +1,1 @@
-# Data shipped with Hookscope (sample photographs, colormaps, icons). Installed as the package `app.resources`.
+# Data shipped with Hookscope (sample photographs, colormaps, icons). Installed as the package `hookscope.resources`.

@@ -1,12 +1,12 @@
 """What the command line says on stderr, without its progress lines.
 
-Long commands show progress (``app/cli/progress.py``); with stderr not a terminal, as in these tests, that is
+Long commands show progress (``app/hookscope/cli/progress.py``); with stderr not a terminal, as in these tests, that is
 plain lines, each starting with its label (``export PATH: running the model``, ``boxes: 0/128 top-k entries``).
 An error is still one line of its own: tests that hold a command to "one readable line" read it here."""
 
 from __future__ import annotations
 
-# The labels of every ProgressLine the commands make (app/cli/*.py, app/cli/scan.py's phases).
+# The labels of every ProgressLine the commands make (app/hookscope/cli/*.py, app/hookscope/cli/scan.py's phases).
 PROGRESS_LABELS = ("export ", "export:", "scan: ", "boxes: ", "receptive fields: ", "PNG strips: ", "page: ",
                    "visualize: ", "lessons: ")  # fmt: skip
 

@@ -1,7 +1,7 @@
 """MkDocs hook: the two parts of the guide that are not written by hand.
 
 - ``reference/cli.md``: the command-line reference, rendered from the very argparse parsers that ``hookscope``
-  parses its arguments with (the ``app.cli`` package), so ``--help`` and the guide cannot drift.
+  parses its arguments with (the ``hookscope.cli`` package), so ``--help`` and the guide cannot drift.
 - ``screenshots/*``: the pictures (and clips) in ``resources/screenshots/``, which the README shows too: not copied.
 
 ``tests/core/test_docs.py`` loads this file to check that every subcommand and option is in the reference.
@@ -21,7 +21,7 @@ SCREENSHOT_TYPES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
     """``{"": the window's parser, "export": ..., ...}``: every parser ``hookscope`` dispatches to."""
-    from app.cli import bench, dispatch, download, export, live, scan, teach
+    from hookscope.cli import bench, dispatch, download, export, live, scan, teach
 
     parsers = {"": dispatch.build_window_parser(), "export": export.build_export_parser(),
                "bench": bench.build_bench_parser(), "download": download.build_download_parser(),

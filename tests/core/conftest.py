@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from app.core.models.catalogue import load_model
+from hookscope.core.models.catalogue import load_model
 
 
 @pytest.fixture(scope="session")

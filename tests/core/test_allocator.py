@@ -16,7 +16,7 @@ class MallInfo2(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = MallInfo2
 if sys.argv[1] == "tuned":
-    from app.system.allocator import keep_freed_memory
+    from hookscope.system.allocator import keep_freed_memory
     assert keep_freed_memory()
 block = torch.empty(20 * 2**20, dtype=torch.uint8)
 block.fill_(1)

@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.models.images import Preprocess
-from app.core.outputs.batch import DONE_FILE, BatchProgress, find_images, folder_names, run_batch
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import Preprocess
+from hookscope.core.outputs.batch import DONE_FILE, BatchProgress, find_images, folder_names, run_batch
 
 LAYERS = ("conv1", "layer1.0.relu", "layer4", "fc")
 
@@ -186,7 +186,9 @@ def hookscope(*args):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=root, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "hookscope", *args], cwd=root, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_cli_batch_reports_broken_files_and_resumes(folder, tmp_path):
@@ -218,7 +220,7 @@ def test_cli_batch_reports_broken_files_and_resumes(folder, tmp_path):
 
 
 def test_cli_batch_exits_2_when_no_image_can_be_read(tmp_path, capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "x.png").write_bytes(b"junk")
@@ -247,7 +249,7 @@ def test_cli_batch_exits_2_when_no_image_can_be_read(tmp_path, capsys):
     ],
 )
 def test_cli_export_needs_exactly_one_source(args, message, capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     assert main(["export", *args]) == 2
     assert capsys.readouterr().err == f"hookscope: error: {message}\n"
@@ -255,7 +257,7 @@ def test_cli_export_needs_exactly_one_source(args, message, capsys):
 
 @pytest.mark.slow  # a whole bench run (about 40 s on two cores): the default run stays under 15 minutes
 def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     assert main(["bench", "--batch", "--images", "4", "--layers", "conv1,layer4"]) == 0
     out = capsys.readouterr().out
@@ -264,7 +266,7 @@ def test_bench_batch_prints_both_throughputs_and_the_ratio(capsys):
 
 
 def test_results_are_written_inline_when_the_writer_is_behind(small_resnet, registry, folder, tmp_path, monkeypatch):
-    import app.core.outputs.batch as batch
+    import hookscope.core.outputs.batch as batch
 
     monkeypatch.setattr(batch, "writes_behind", lambda device: True)  # as when the model leaves a core free
     monkeypatch.setattr(batch, "WRITE_BEHIND", 0)  # the writer thread never takes a job
@@ -275,7 +277,7 @@ def test_results_are_written_inline_when_the_writer_is_behind(small_resnet, regi
 
 
 def test_an_unwritable_output_folder_is_one_line(small_resnet, registry, folder, tmp_path):
-    from app.core.common.errors import HookscopeError
+    from hookscope.core.common.errors import HookscopeError
 
     (tmp_path / "taken").write_text("a file, not a folder")
     with pytest.raises(HookscopeError, match=r"^Cannot create the output folder '.*taken': File exists\.$"):
@@ -286,7 +288,7 @@ def test_an_unwritable_output_folder_is_one_line(small_resnet, registry, folder,
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one torch thread: no OpenMP team to start")
 def test_reader_and_writer_start_no_second_openmp_team(small_resnet, registry, folder, tmp_path, monkeypatch):
     """A torch op in the reading or writing thread would start an OpenMP thread team there, which makes the model's
-    own team sleep between operations (app/core/outputs/batch.py): the batch adds its two threads and nothing else."""
+    own team sleep between operations (app/hookscope/core/outputs/batch.py): the batch adds its two threads and nothing else."""
 
     def threads():
         return len(os.listdir("/proc/self/task"))
@@ -306,7 +308,7 @@ def test_reader_and_writer_start_no_second_openmp_team(small_resnet, registry, f
 
 
 def test_writes_behind_only_when_the_model_leaves_a_core_free():
-    from app.core.outputs.batch import writes_behind
+    from hookscope.core.outputs.batch import writes_behind
 
     threads = torch.get_num_threads()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -327,7 +329,7 @@ def listing(folder):
 
 @pytest.mark.parametrize("behind", [True, False], ids=["written behind", "written after each run"])
 def test_both_ways_of_writing_give_the_same_files(small_resnet, registry, folder, tmp_path, monkeypatch, behind):
-    import app.core.outputs.batch as batch
+    import hookscope.core.outputs.batch as batch
 
     images = [folder / "a.png", folder / "b.JPG", folder / "c.jpg"]
     monkeypatch.setattr(batch, "writes_behind", lambda device: not behind)
@@ -356,8 +358,8 @@ def test_a_write_that_fails_is_one_line_and_leaves_no_manifest(
     """A full disk, as the file size limit makes it: the first image's activations cannot be written."""
     import resource
 
-    import app.core.outputs.batch as batch
-    from app.core.common.errors import HookscopeError
+    import hookscope.core.outputs.batch as batch
+    from hookscope.core.common.errors import HookscopeError
 
     monkeypatch.setattr(batch, "writes_behind", lambda device: behind)
     out = tmp_path / "out"
@@ -385,8 +387,8 @@ def test_an_image_whose_files_do_not_reach_the_disk_claims_nothing(
     disk that fails after accepting the writes) is the image's one line, and it is not claimed."""
     import errno
 
-    import app.core.outputs.batch as batch
-    from app.core.common.errors import HookscopeError
+    import hookscope.core.outputs.batch as batch
+    from hookscope.core.common.errors import HookscopeError
 
     def failing(fd):
         raise OSError(errno.EIO, os.strerror(errno.EIO))

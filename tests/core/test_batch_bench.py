@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from app.core.bench.batch import (
+from hookscope.core.bench.batch import (
     SIDES,
     FloorExport,
     _batch_pass,
@@ -18,10 +18,10 @@ from app.core.bench.batch import (
     round_orders,
     write_test_images,
 )
-from app.core.engine.hooks import HookRegistry
-from app.core.engine.tree import survey
-from app.core.models.images import read_image
-from app.core.outputs.batch import find_images, folder_names
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.engine.tree import survey
+from hookscope.core.models.images import read_image
+from hookscope.core.outputs.batch import find_images, folder_names
 
 # conv1: one call; layer3.0.relu: in place and called twice (gradients arrive last call first).
 MODULES = ["conv1", "layer3.0.relu"]
@@ -30,7 +30,7 @@ MODULES = ["conv1", "layer3.0.relu"]
 @pytest.fixture(scope="module")
 def both_exports(tmp_path_factory):
     """4 images exported by the batch and by the floor (forward + backward hooks on MODULES), in one folder each."""
-    from app.core.models.catalogue import load_model
+    from hookscope.core.models.catalogue import load_model
 
     work = tmp_path_factory.mktemp("batch-bench")
     write_test_images(work / "images", 4)
@@ -109,7 +109,7 @@ def test_the_result_holds_three_sides(tmp_path):
 
 
 def test_the_printed_lines_hold_the_three_sides_and_ratios(capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     assert main(["bench", "--batch", "--images", "4", "--layers", ",".join(MODULES)]) == 0
     out = capsys.readouterr().out

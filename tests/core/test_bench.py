@@ -4,10 +4,10 @@ import pytest
 import torch
 from torchvision.models import mobilenet_v3_small, resnet18
 
-from app.core.bench.hooks import bare_run, benchmark, floor_hooks
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import KINDS, HookRegistry
-from app.core.engine.tree import survey
+from hookscope.core.bench.hooks import bare_run, benchmark, floor_hooks
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import KINDS, HookRegistry
+from hookscope.core.engine.tree import survey
 
 
 @pytest.mark.parametrize("build", [resnet18, mobilenet_v3_small])

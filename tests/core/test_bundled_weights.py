@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.common.errors import ModelError
-from app.core.models.bundled_weights import collect, install_bundled_weights, sha256_prefix_ok
+from hookscope.core.common.errors import ModelError
+from hookscope.core.models.bundled_weights import collect, install_bundled_weights, sha256_prefix_ok
 
 
 def fake_weights(folder: Path, stem: str = "resnet18", content: bytes = b"not really a network " * 1000) -> Path:
@@ -78,8 +78,8 @@ def test_the_app_finds_installed_weights_where_it_looks_for_them(tmp_path: Path)
     shipped = fake_weights(tmp_path / "bundle" / "weights")
     code = (
         "import sys; from pathlib import Path; import torch\n"
-        "from app.core.models.bundled_weights import install_bundled_weights\n"
-        "from app.core.models.catalogue import default_weights_file\n"
+        "from hookscope.core.models.bundled_weights import install_bundled_weights\n"
+        "from hookscope.core.models.catalogue import default_weights_file\n"
         f"installed = install_bundled_weights(Path({str(shipped.parent)!r}))\n"
         "print(installed[0].parent == default_weights_file('resnet18').parent, installed[0].is_file())\n"
     )
@@ -97,7 +97,7 @@ def test_the_app_finds_installed_weights_where_it_looks_for_them(tmp_path: Path)
 def test_the_build_command_exits_1_on_a_damaged_file_and_0_when_not_cached(tmp_path: Path) -> None:
     env = {**os.environ, "TORCH_HOME": str(tmp_path / "torch")}
     done = subprocess.run(
-        [sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
+        [sys.executable, "-m", "hookscope.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
         capture_output=True,
         text=True,
         env=env,
@@ -108,7 +108,7 @@ def test_the_build_command_exits_1_on_a_damaged_file_and_0_when_not_cached(tmp_p
     checkpoints.mkdir(parents=True)
     (checkpoints / "resnet18-f37072fd.pth").write_bytes(b"not the real file")
     done = subprocess.run(
-        [sys.executable, "-m", "app.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
+        [sys.executable, "-m", "hookscope.core.models.bundled_weights", str(tmp_path / "ship"), "resnet18"],
         capture_output=True,
         text=True,
         env=env,

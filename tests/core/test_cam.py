@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.common.errors import HookscopeError
-from app.core.common.resources import colormap_lut
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.pictures.cam import grad_cam, has_spatial_output, overlay, run_grad_cam
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.resources import colormap_lut
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.pictures.cam import grad_cam, has_spatial_output, overlay, run_grad_cam
 
 
 def bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:

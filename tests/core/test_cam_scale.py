@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.pictures.cam import grad_cam, run_grad_cam
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.pictures.cam import grad_cam, run_grad_cam
 
 
 def min_max(cam: torch.Tensor) -> torch.Tensor:

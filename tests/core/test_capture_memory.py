@@ -8,8 +8,8 @@ import weakref
 import torch
 from torchvision.models import resnet18
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
 
 
 def test_dropping_a_result_frees_its_records_without_the_cycle_collector():

@@ -21,13 +21,13 @@ import torch
 from cli_output import message_lines
 from torch import nn
 
-from app.cli import main
-from app.core.common.errors import RunError
-from app.core.engine.capture import capture_run, class_ranking, class_scores, top_predictions
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.models.files import open_model_file
-from app.core.pictures.cam import run_grad_cam
+from hookscope.cli import main
+from hookscope.core.common.errors import RunError
+from hookscope.core.engine.capture import capture_run, class_ranking, class_scores, top_predictions
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.files import open_model_file
+from hookscope.core.pictures.cam import run_grad_cam
 
 MODEL_PY = textwrap.dedent(
     """

@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "hookscope", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_export_writes_manifest_arrays_and_pngs(tmp_path):
@@ -115,9 +117,9 @@ def test_bench_prints_medians_and_ratio():
 
 def test_core_imports_no_qt():
     code = (
-        "import sys, pkgutil, importlib, app.core\n"
-        "for m in pkgutil.iter_modules(app.core.__path__): importlib.import_module('app.core.' + m.name)\n"
-        "import app.cli\n"
+        "import sys, pkgutil, importlib, hookscope.core\n"
+        "for m in pkgutil.iter_modules(hookscope.core.__path__): importlib.import_module('hookscope.core.' + m.name)\n"
+        "import hookscope.cli\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'superqt', 'qtpy')]\n"
         "print(bad); raise SystemExit(1 if bad else 0)\n"
     )

@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.cli import main
-from app.cli.common import DEFAULT_WEIGHTS
-from app.cli.dispatch import SUBCOMMANDS, build_parsers
-from app.cli.progress import ProgressLine, end_progress_lines, format_duration
-from app.cli.scan import build_scan_parser
-from app.cli.teach import build_lessons_parser, build_visualize_parser
-from app.core.teaching.lessons import LESSONS
+from hookscope.cli import main
+from hookscope.cli.common import DEFAULT_WEIGHTS
+from hookscope.cli.dispatch import SUBCOMMANDS, build_parsers
+from hookscope.cli.progress import ProgressLine, end_progress_lines, format_duration
+from hookscope.cli.scan import build_scan_parser
+from hookscope.cli.teach import build_lessons_parser, build_visualize_parser
+from hookscope.core.teaching.lessons import LESSONS
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
@@ -154,7 +154,7 @@ def test_visualize_seed_seeds_the_weights_and_opt_seed_the_optimisation(tmp_path
 
 # ---- progress on stderr, not a terminal and a terminal (item 2) -------------------------------------------------
 def test_export_image_prints_plain_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "app", "export", "--weights", "none", "--image", SAMPLE, "--layers",
+    done = subprocess.run([sys.executable, "-m", "hookscope", "export", "--weights", "none", "--image", SAMPLE, "--layers",
                            "conv1,layer1", "--out", str(tmp_path / "o")], capture_output=True, text=True, env=ENV,
                           cwd=ROOT, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -169,7 +169,7 @@ def test_export_image_prints_plain_progress_lines_when_stderr_is_not_a_terminal(
 def _run_on_a_terminal(args: list[str], timeout: float = 300) -> tuple[int, str, str]:
     """``hookscope ARGS`` with stderr on a pseudo-terminal: (status, what the terminal got, stdout)."""
     primary, secondary = os.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "app", *args], stdout=subprocess.PIPE, stderr=secondary,
+    process = subprocess.Popen([sys.executable, "-m", "hookscope", *args], stdout=subprocess.PIPE, stderr=secondary,
                                env=ENV, cwd=ROOT)  # fmt: skip
     os.close(secondary)
     got = bytearray()
@@ -214,7 +214,7 @@ def test_export_image_on_a_terminal_redraws_one_line_and_an_error_starts_its_own
 @pytest.mark.slow  # the same line as the SIGTERM test below, to its end
 def test_export_images_reports_images_rate_and_time_left(tmp_path):
     folder = _images(tmp_path / "in", 4)
-    done = subprocess.run([sys.executable, "-m", "app", "export", "--weights", "none", "--images", str(folder),
+    done = subprocess.run([sys.executable, "-m", "hookscope", "export", "--weights", "none", "--images", str(folder),
                            "--layers", "conv1", "--no-png", "--out", str(tmp_path / "o")], capture_output=True,
                           text=True, env=ENV, cwd=ROOT, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -245,7 +245,7 @@ def _images(folder: Path, count: int) -> Path:
 def _stop_after(args: list[str], ready: str, stop: int) -> tuple[int, str]:
     """Start ``hookscope ARGS``, wait for a stderr line that ``ready`` (a pattern) matches at its start, send
     ``stop``; (status, stderr)."""
-    process = subprocess.Popen([sys.executable, "-m", "app", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "hookscope", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=ENV, cwd=ROOT)  # fmt: skip
     guard = threading.Timer(240, process.kill)  # a hang fails the test instead of stalling the run
     guard.start()
@@ -294,7 +294,7 @@ def test_export_images_stops_on_sigterm_keeps_the_finished_images_and_resumes(tm
         "with --resume to go on where it stopped."
     )
     assert "Traceback" not in err and (out / "summary.csv").is_file()
-    again = subprocess.run([sys.executable, "-m", "app", *args, "--resume"], capture_output=True, text=True, env=ENV,
+    again = subprocess.run([sys.executable, "-m", "hookscope", *args, "--resume"], capture_output=True, text=True, env=ENV,
                            cwd=ROOT, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert f"12 of 12 images written to {out}, {len(finished)} of them finished by an earlier run" in again.stdout

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.common.errors import HookscopeError
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.pictures.compare import (
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.pictures.compare import (
     channel_differences,
     compare_predictions,
     difference,

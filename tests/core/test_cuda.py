@@ -13,10 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.engine.hooks import KINDS, HookRegistry
-from app.core.engine.interventions import parse_edit
-from app.core.engine.pipeline import run_image
-from app.core.pictures.cam import run_grad_cam
+from hookscope.core.engine.hooks import KINDS, HookRegistry
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.core.engine.pipeline import run_image
+from hookscope.core.pictures.cam import run_grad_cam
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -70,7 +70,7 @@ def test_a_cuda_run_records_what_the_cpu_run_records(resnet18_loaded, photo, edi
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "hookscope", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_command_line_runs_on_cuda(tmp_path, photo):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.common.errors import HookscopeError
-from app.core.common.resources import resource
-from app.system import desktop_entry
-from app.system.desktop_entry import (
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.resources import resource
+from hookscope.system import desktop_entry
+from hookscope.system.desktop_entry import (
     ENTRY_NAME,
     install_desktop_entry,
     quote_exec,
@@ -101,7 +101,7 @@ def test_exec_quoting_follows_the_specification() -> None:
 @linux_only
 def test_the_command_line_flags_install_and_remove_the_entry(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
-    code = "from app.cli import main; raise SystemExit(main())"
+    code = "from hookscope.cli import main; raise SystemExit(main())"
     done = subprocess.run(
         [sys.executable, "-c", code, "--install-desktop-entry"], capture_output=True, text=True, env=env, timeout=120
     )

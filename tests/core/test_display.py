@@ -1,4 +1,4 @@
-"""Panels prepared where the tensors are: the device path (``app.core.pictures.display``) against the numpy one (``views``).
+"""Panels prepared where the tensors are: the device path (``hookscope.core.pictures.display``) against the numpy one (``views``).
 
 The torch mosaic (``device_mosaic``) is what a CUDA or MPS run draws with; here it runs on CPU tensors, and must
 give the very bytes ``views.mosaic`` gives for the same values, step, scaling and order.
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.engine.hooks import Record
-from app.core.pictures.display import (
+from hookscope.core.engine.hooks import Record
+from hookscope.core.pictures.display import (
     channel_ranges,
     device_mosaic,
     display_channels,
@@ -20,8 +20,8 @@ from app.core.pictures.display import (
     saliency_map,
     signed_mosaic,
 )
-from app.core.pictures.panels import PanelSettings, picture_of
-from app.core.pictures.views import ChannelData, as_channels, grad_magnitude, mosaic, without_non_finite
+from hookscope.core.pictures.panels import PanelSettings, picture_of
+from hookscope.core.pictures.views import ChannelData, as_channels, grad_magnitude, mosaic, without_non_finite
 
 RNG = np.random.default_rng(12)
 

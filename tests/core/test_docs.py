@@ -69,7 +69,7 @@ def _hookscope_invocations(command: str) -> list[list[str]]:
 
 
 def _parse(args: list[str]) -> argparse.Namespace:
-    """Parse as ``hookscope`` does (``app.cli.main``): a subcommand's parser, or the window's."""
+    """Parse as ``hookscope`` does (``hookscope.cli.main``): a subcommand's parser, or the window's."""
     parsers = guide.command_parsers()
     name = args[0] if args and args[0] in parsers else ""
     parser, rest = parsers[name], args[1:] if name else args
@@ -118,7 +118,7 @@ def _inline_commands(paths: list[Path]) -> list[tuple[str, list[str]]]:
 
 
 def test_the_reference_knows_every_subcommand_the_cli_dispatches_to():
-    from app.cli.dispatch import SUBCOMMANDS
+    from hookscope.cli.dispatch import SUBCOMMANDS
 
     assert set(guide.command_parsers()) == {"", *SUBCOMMANDS}
 
@@ -163,25 +163,25 @@ def test_the_reference_is_the_help_text_itself():
 
 
 def test_a_new_option_appears_in_the_reference_without_editing_the_docs(monkeypatch):
-    import app.cli.teach
+    import hookscope.cli.teach
 
-    real = app.cli.teach.build_lessons_parser
+    real = hookscope.cli.teach.build_lessons_parser
 
     def with_one_more() -> argparse.ArgumentParser:
         parser = real()
         parser.add_argument("--brand-new-option", metavar="X", help="an option nobody documented by hand")
         return parser
 
-    monkeypatch.setattr(app.cli.teach, "build_lessons_parser", with_one_more)
+    monkeypatch.setattr(hookscope.cli.teach, "build_lessons_parser", with_one_more)
     page = guide.render_reference()
     assert "| `--brand-new-option X` |" in page
     assert "an option nobody documented by hand" in page
 
 
 def test_a_subcommand_the_reference_does_not_know_stops_the_build(monkeypatch):
-    import app.cli.dispatch
+    import hookscope.cli.dispatch
 
-    monkeypatch.setattr(app.cli.dispatch, "SUBCOMMANDS", (*app.cli.dispatch.SUBCOMMANDS, "brand-new"))
+    monkeypatch.setattr(hookscope.cli.dispatch, "SUBCOMMANDS", (*hookscope.cli.dispatch.SUBCOMMANDS, "brand-new"))
     with pytest.raises(RuntimeError, match="brand-new"):
         guide.command_parsers()
 
@@ -325,7 +325,7 @@ def test_a_broken_link_or_a_missing_image_fails_the_strict_build(tmp_path):
 
 def test_the_windows_help_names_every_subcommand():
     """``hookscope --help`` is where a newcomer at a terminal starts: it lists every subcommand."""
-    from app.cli.dispatch import SUBCOMMANDS
+    from hookscope.cli.dispatch import SUBCOMMANDS
 
     text = guide.command_parsers()[""].format_help()
     for name in SUBCOMMANDS:

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from loopback import files_in, serving
 
-from app.cli import main
-from app.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from hookscope.cli import main
+from hookscope.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
 
 MODEL = "squeezenet1_1"
 

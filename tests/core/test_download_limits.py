@@ -21,10 +21,10 @@ import pytest
 import torchvision
 from loopback import files_in, serving
 
-from app.cli import main
-from app.core.models import weights as core_weights
-from app.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
-from app.system.termination import SIGTERM_EXIT
+from hookscope.cli import main
+from hookscope.core.models import weights as core_weights
+from hookscope.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from hookscope.system.termination import SIGTERM_EXIT
 
 MODEL = "squeezenet1_1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_sigterm_removes_the_partial_file(trickle, tmp_path):
         "PYTHONPATH": str(ROOT),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "download", "--model", MODEL],
+        [sys.executable, "-m", "hookscope", "download", "--model", MODEL],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

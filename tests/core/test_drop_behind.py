@@ -1,4 +1,4 @@
-"""Drop-behind writing (app/core/outputs/drop_behind.py): the same bytes as plain writes, on disk before they are claimed, and
+"""Drop-behind writing (app/hookscope/core/outputs/drop_behind.py): the same bytes as plain writes, on disk before they are claimed, and
 never more than its limit waiting."""
 
 import errno
@@ -8,8 +8,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from app.core.outputs.drop_behind import SUPPORTED, DropBehind
-from app.core.outputs.export import save_array, save_npz
+from hookscope.core.outputs.drop_behind import SUPPORTED, DropBehind
+from hookscope.core.outputs.export import save_array, save_npz
 
 needs_drop_behind = pytest.mark.skipif(not SUPPORTED, reason="no os.posix_fadvise/os.fdatasync here: plain writes")
 

@@ -9,11 +9,11 @@ import torch
 import torchvision
 from torch import nn
 
-from app.core.common.errors import HookscopeError, RunError
-from app.core.engine.blame import ModelRaised
-from app.core.engine.capture import RunCancelled, capture_run
-from app.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
-from app.core.engine.tree import module_tree
+from hookscope.core.common.errors import HookscopeError, RunError
+from hookscope.core.engine.blame import ModelRaised
+from hookscope.core.engine.capture import RunCancelled, capture_run
+from hookscope.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
+from hookscope.core.engine.tree import module_tree
 
 
 def records_by_key(result, kind):

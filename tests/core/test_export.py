@@ -1,4 +1,4 @@
-"""Writing a run to a folder (app/core/outputs/export.py): the archives np.savez would write, every hook kind, one manifest."""
+"""Writing a run to a folder (app/hookscope/core/outputs/export.py): the archives np.savez would write, every hook kind, one manifest."""
 
 import json
 import zipfile
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.engine.hooks import KINDS, HookRegistry
-from app.core.engine.pipeline import run_image
-from app.core.engine.tree import module_tree
-from app.core.models.catalogue import load_model
-from app.core.models.images import Preprocess
-from app.core.outputs.export import ARCHIVES, save_npz, write_run
+from hookscope.core.engine.hooks import KINDS, HookRegistry
+from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.tree import module_tree
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import Preprocess
+from hookscope.core.outputs.export import ARCHIVES, save_npz, write_run
 
 
 def sample_arrays():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.common.resources import resource_dir
-from app.core.teaching.guide import find_guide
+from hookscope.core.common.resources import resource_dir
+from hookscope.core.teaching.guide import find_guide
 
 
 def _checkout(tmp_path: Path) -> Path:
@@ -45,7 +45,7 @@ def test_an_unbuilt_checkout_opens_the_guides_markdown_and_says_how_to_build_it(
 
 
 def test_an_installation_without_the_guide_has_none(tmp_path):
-    resources = tmp_path / "site-packages" / "app" / "resources"  # a wheel: no mkdocs.yml above it
+    resources = tmp_path / "site-packages" / "hookscope" / "resources"  # a wheel: no mkdocs.yml above it
     resources.mkdir(parents=True)
     assert find_guide(resources) is None
 

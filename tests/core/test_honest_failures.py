@@ -24,12 +24,12 @@ import torch
 import torchvision
 from cli_output import message_lines
 
-from app.cli import main
-from app.core.engine.blame import ModelRaised
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry, Recorder
-from app.core.engine.numeric import NumericReport, non_finite_weights
-from app.core.engine.pipeline import ModelSource, open_model, run_image
+from hookscope.cli import main
+from hookscope.core.engine.blame import ModelRaised
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry, Recorder
+from hookscope.core.engine.numeric import NumericReport, non_finite_weights
+from hookscope.core.engine.pipeline import ModelSource, open_model, run_image
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
@@ -216,7 +216,7 @@ def evil(tmp_path: Path) -> Path:
 def test_weights_that_would_run_code_are_refused_in_our_words_without_pytorchs_warning(evil, tmp_path) -> None:
     """In a fresh process, as a user runs it: stderr is exactly one line."""
     done = subprocess.run(
-        [sys.executable, "-m", "app", "export", "--weights", str(evil), "--image", SAMPLE, "--out", str(tmp_path)],
+        [sys.executable, "-m", "hookscope", "export", "--weights", str(evil), "--image", SAMPLE, "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 2
@@ -310,7 +310,7 @@ def test_the_report_reads_back_from_the_manifest() -> None:
 
 def test_a_huge_but_finite_tensor_is_not_reported() -> None:
     """The sum of huge finite values overflows; the exact count then finds nothing."""
-    from app.core.engine.numeric import count_non_finite
+    from hookscope.core.engine.numeric import count_non_finite
 
     assert count_non_finite("x", torch.full((10,), 3e38)) is None
     assert count_non_finite("x", torch.tensor([1.0, float("nan")])).nan == 1

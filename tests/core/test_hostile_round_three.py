@@ -24,10 +24,10 @@ import pytest
 from cli_output import message_lines
 from PIL import Image
 
-from app.cli import main
-from app.cli.common import load_for_cli
-from app.core.outputs.batch import find_images
-from app.core.scan.scanner import CHECKPOINT_FILE, ScanSettings, scan_images
+from hookscope.cli import main
+from hookscope.cli.common import load_for_cli
+from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.scanner import CHECKPOINT_FILE, ScanSettings, scan_images
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
@@ -185,7 +185,7 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_and_leaves_nothing(images, s
 def run_bounded(args: list[str], timeout: float = 120) -> tuple[int, str, float]:
     """The real command in a process of its own: exit status, stderr and its peak memory in GB (a process that
     grows without bound is killed at the timeout, and the test fails on it)."""
-    process = subprocess.Popen([sys.executable, "-m", "app", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, "-m", "hookscope", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                text=True, cwd=ROOT, env=ENV)  # fmt: skip
     try:
         err = process.communicate(timeout=timeout)[1]
@@ -214,7 +214,7 @@ def test_visualize_refuses_what_cannot_fit_before_allocating_it(tmp_path, option
 @pytest.mark.parametrize("extra, option", [(("--size", "100000"), "--size"),
                                            (("--size", "4000", "--batch-size", "64"), "--batch-size")])  # fmt: skip
 def test_scan_refuses_what_cannot_fit_before_reading_an_image(images, tmp_path, extra, option) -> None:
-    from app.core.engine.memory_fit import available_memory
+    from hookscope.core.engine.memory_fit import available_memory
 
     out = tmp_path / "out"
     many = tmp_path / "many"  # 64 images, so that a batch of 64 is a batch of 64
@@ -232,8 +232,8 @@ def test_scan_refuses_what_cannot_fit_before_reading_an_image(images, tmp_path, 
 
 
 def test_what_would_fit_is_the_largest_value_that_does() -> None:
-    from app.core.common.errors import HookscopeError
-    from app.core.engine.memory_fit import largest_fitting, refuse_unless_fits
+    from hookscope.core.common.errors import HookscopeError
+    from hookscope.core.engine.memory_fit import largest_fitting, refuse_unless_fits
 
     def need(n: int) -> float:
         return 1000.0 * n * n
@@ -404,9 +404,9 @@ def test_the_snippets_of_hostile_names_parse() -> None:
 
     from torch import nn
 
-    from app.core.engine.hooks import HookRegistry
-    from app.core.engine.interventions import parse_edit
-    from app.core.teaching.snippets import edit_snippet, hook_snippet, module_expression
+    from hookscope.core.engine.hooks import HookRegistry
+    from hookscope.core.engine.interventions import parse_edit
+    from hookscope.core.teaching.snippets import edit_snippet, hook_snippet, module_expression
 
     for name in ('a"b', "c'd\nimport os", 'e"""f\\', "x\x00y"):
         ast.parse(module_expression(name))
@@ -466,7 +466,7 @@ def test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm(ima
         "lessons": ["lessons", "--run-all", *spec],
         "visualize": ["visualize", *spec, "--layer", "x", "--out", str(tmp_path / "dream.png")],
     }[command]
-    process = subprocess.Popen([sys.executable, "-m", "app", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "hookscope", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True, cwd=ROOT, env=ENV, preexec_fn=_ctrl_c_as_from_a_terminal)  # fmt: skip
     note = f"hookscope: still building the model with build() from '{model}'; Ctrl-C stops it.\n"
     deadline = threading.Timer(90, process.kill)  # no note: the read below ends, and the test fails, not hangs
@@ -518,8 +518,8 @@ def damaged(document: dict, damage: str) -> dict:
 @pytest.mark.parametrize("damage", ["channels 1e999", "channels 10**12", "image 10**18", "image -3",
                                     "position outside", "box inverted", "stats short", "images not names"])  # fmt: skip
 def test_a_scan_json_with_numbers_or_indexes_out_of_range_is_one_error(scan_json, tmp_path, damage) -> None:
-    from app.core.common.errors import HookscopeError
-    from app.core.scan.results import read_scan
+    from hookscope.core.common.errors import HookscopeError
+    from hookscope.core.scan.results import read_scan
 
     file = tmp_path / "scan.json"
     file.write_text(json.dumps(damaged(scan_json, damage)).replace("Infinity", "1e999"))
@@ -549,14 +549,14 @@ def test_a_scan_path_that_is_not_a_regular_file_is_not_read(tmp_path, kind) -> N
     if kind == "fifo":
         path = str(tmp_path / "scan.json")
         os.mkfifo(path)  # no writer: opening it to read would wait for ever
-    done = bounded_python("from app.core.common.errors import HookscopeError\nfrom app.core.scan.results import read_scan\n"
+    done = bounded_python("from hookscope.core.common.errors import HookscopeError\nfrom hookscope.core.scan.results import read_scan\n"
                           f"try:\n    read_scan({path!r})\nexcept HookscopeError as error:\n    print(error)")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == f"Cannot read the scan '{path}': it is not a file.\n"
 
 
 def test_a_box_larger_than_the_image_is_clamped_to_it(scan_json, images, tmp_path) -> None:
-    from app.core.scan.results import PatchReader, ScanResult
+    from hookscope.core.scan.results import PatchReader, ScanResult
 
     data = json.loads(json.dumps(scan_json))
     data["modules"]["layer1"]["top"][0][0]["box"] = [0, 0, 20000, 20000]
@@ -576,8 +576,8 @@ def test_the_lessons_model_code_for_a_hostile_file_name_parses_and_builds_it(hos
 
     import torch
 
-    from app.core.engine.pipeline import ModelSource, open_model
-    from app.core.teaching.lessons import model_code_for
+    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.teaching.lessons import model_code_for
 
     _script, model, marker = hostile_script  # the model file is named my "model".py
     code = model_code_for(open_model(ModelSource(name="resnet18", file=f"{model}:build", trust=True)))
@@ -591,7 +591,7 @@ def test_measuring_what_fits_leaves_the_model_as_it_was() -> None:
     import torch
     import torchvision
 
-    from app.core.engine.memory_fit import activation_bytes
+    from hookscope.core.engine.memory_fit import activation_bytes
 
     model = torchvision.models.resnet18(weights=None).train()
     before = {k: v.clone() for k, v in model.state_dict().items()}

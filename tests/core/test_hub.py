@@ -15,9 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.common.errors import ModelError
-from app.core.models import hub as hub_models
-from app.core.models.weights import DownloadCancelled
+from hookscope.core.common.errors import ModelError
+from hookscope.core.models import hub as hub_models
+from hookscope.core.models.weights import DownloadCancelled
 from tests.hub_server import (
     HubServer,
     commit_of,
@@ -59,7 +59,7 @@ def hub(repos, tmp_path, monkeypatch):
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hookscope", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env=dict(os.environ))  # fmt: skip
 
 
@@ -89,8 +89,8 @@ def test_export_loads_a_hub_classifier_by_name(hub, tmp_path):
 
 
 def test_a_session_reopens_a_hub_model_by_name(hub):
-    from app.core.engine.pipeline import ModelSource, open_model
-    from app.core.outputs.session import model_entry
+    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.outputs.session import model_entry
 
     loaded = hub_models.load_hub_model("hf:tiny/vit")
     entry = model_entry(loaded)
@@ -215,7 +215,7 @@ def test_timm_pretrained_weights_come_from_the_hub(hub, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["model"]["pretrained"] is True
     from safetensors.torch import load_file
 
-    from app.core.models.catalogue import load_model
+    from hookscope.core.models.catalogue import load_model
 
     loaded = load_model("timm/test_resnet", "default")  # from the cache now, as timm reads it
     served = load_file(str(hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors"))
@@ -252,7 +252,7 @@ def test_clip_image_tower_and_text_embedder(hub):
 
 
 def test_a_file_that_does_not_match_the_hubs_checksum_is_discarded(hub, tmp_path):
-    from app.core.models.weights import WeightsDownloadError
+    from hookscope.core.models.weights import WeightsDownloadError
 
     # A blob whose partial already holds wrong bytes of the right length: the check catches it.
     repo = "timm/test_resnet.r160_in1k"
@@ -273,9 +273,9 @@ def test_names(hub):
 
 
 def test_a_squashed_preprocess_resizes_the_whole_picture_and_maps_boxes_back():
-    from app.core.models.images import Preprocess
-    from app.core.models.inputs import describe_requirements
-    from app.core.scan.scanner import original_box
+    from hookscope.core.models.images import Preprocess
+    from hookscope.core.models.inputs import describe_requirements
+    from hookscope.core.scan.scanner import original_box
 
     squash = Preprocess(resize=None, crop=40, mean=(0.5,) * 3, std=(0.5,) * 3, squash=True)
     picture = Image.new("RGB", (80, 40), (10, 200, 30))
@@ -299,7 +299,7 @@ def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
 
     hub.slow.add("timm/test_resnet.r160_in1k/model.safetensors")  # 8 kB every 0.1 s: time to press Ctrl-C
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "download", "--model", "timm/test_resnet"],
+        [sys.executable, "-m", "hookscope", "download", "--model", "timm/test_resnet"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -324,7 +324,7 @@ def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
 
 
 def test_load_model_downloading_fetches_hub_and_timm_models(hub):
-    from app.core.models.weights import is_cached, load_model_downloading
+    from hookscope.core.models.weights import is_cached, load_model_downloading
 
     assert not is_cached("hf:tiny/vit") and not is_cached("timm/test_resnet")
     seen = []

@@ -13,8 +13,8 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms._presets import ImageClassification
 
-from app.core.common.errors import HookscopeError, ImageError
-from app.core.models.images import IMAGE_SUFFIXES, Preprocess, read_image
+from hookscope.core.common.errors import HookscopeError, ImageError
+from hookscope.core.models.images import IMAGE_SUFFIXES, Preprocess, read_image
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from app.cli import main
-from app.core.common.errors import HookscopeError, RunError
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
-from app.core.engine.interventions import EDIT_KINDS, Intervention, parse_edit
-from app.core.pictures.compare import prediction_changes
+from hookscope.cli import main
+from hookscope.core.common.errors import HookscopeError, RunError
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
+from hookscope.core.engine.interventions import EDIT_KINDS, Intervention, parse_edit
+from hookscope.core.pictures.compare import prediction_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"
@@ -374,7 +374,9 @@ def test_baseline_scores_give_the_change_of_each_prediction(resnet18, image_tens
 
 # ---- the command line --------------------------------------------------------------------------------------
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "hookscope", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_cli_edit_zeroes_channels_in_the_export(tmp_path):
@@ -416,10 +418,10 @@ def test_other_images_are_read_once_for_the_enabled_mix_edits(resnet18_loaded, t
 
     from PIL import Image
 
-    from app.core.common.errors import ImageError
-    from app.core.common.resources import sample_image
-    from app.core.engine.interventions import other_images
-    from app.core.models.images import read_image
+    from hookscope.core.common.errors import ImageError
+    from hookscope.core.common.resources import sample_image
+    from hookscope.core.engine.interventions import other_images
+    from hookscope.core.models.images import read_image
 
     preprocess = resnet18_loaded.preprocess
     path = str(sample_image())

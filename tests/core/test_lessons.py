@@ -18,13 +18,13 @@ import pytest
 import torch
 from torch import nn
 
-from app.cli import main
-from app.core.engine.hooks import TENSOR
-from app.core.engine.tree import survey
-from app.core.teaching import lessons as lessons_module
-from app.core.teaching.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
-from app.core.teaching.lessons import base as lesson_base
-from app.core.teaching.lessons import tensor as tensor_lessons
+from hookscope.cli import main
+from hookscope.core.engine.hooks import TENSOR
+from hookscope.core.engine.tree import survey
+from hookscope.core.teaching import lessons as lessons_module
+from hookscope.core.teaching.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
+from hookscope.core.teaching.lessons import base as lesson_base
+from hookscope.core.teaching.lessons import tensor as tensor_lessons
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -347,7 +347,7 @@ def test_each_lessons_code_runs_on_its_own(resnet18, x):
 # ---- the command line ----------------------------------------------------------------------------------------
 def hookscope(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "app", "lessons", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "hookscope", "lessons", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
 
 
@@ -438,8 +438,8 @@ def test_run_all_exits_1_when_a_lesson_fails(monkeypatch, capsys):
 
 
 def test_the_code_of_a_lesson_on_a_model_file_builds_that_model(tmp_path):
-    from app.core.engine.pipeline import ModelSource, open_model
-    from app.core.teaching.lessons import model_code_for
+    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.teaching.lessons import model_code_for
 
     path = tmp_path / "model.py"
     path.write_text(MODEL_PY)

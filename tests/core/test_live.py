@@ -1,4 +1,4 @@
-"""A video through the hooked model (app.core.live.runner, ``hookscope live``, ``hookscope export --video``): real
+"""A video through the hooked model (hookscope.core.live.runner, ``hookscope live``, ``hookscope export --video``): real
 torchvision ResNet-18 (random weights), real video files written by the test, real processes for the command line."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from video_files import frame_number, truncate, write_video
 
-from app.core.live.runner import (
+from hookscope.core.live.runner import (
     GRAD_CAM,
     BackgroundRecorder,
     SeenView,
@@ -29,8 +29,8 @@ from app.core.live.runner import (
     model_alone_text,
     source_bound_text,
 )
-from app.core.live.video import open_video
-from app.core.models.catalogue import load_model
+from hookscope.core.live.video import open_video
+from hookscope.core.models.catalogue import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ["layer1", "layer3"]
@@ -129,7 +129,7 @@ def test_a_truncated_file_keeps_what_was_run_and_says_so(loaded, videos, hook_co
 
 def hookscope(*args: str, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hookscope", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env=env, **kwargs)  # fmt: skip
 
 
@@ -231,7 +231,7 @@ def test_live_lists_no_camera_in_one_line():
 
 def test_sigterm_stops_live_with_one_line(videos):
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "live", "--video", str(videos["avi"]), "--layers", "layer1", "--loop",
+        [sys.executable, "-m", "hookscope", "live", "--video", str(videos["avi"]), "--layers", "layer1", "--loop",
          "--frames", "100000", "--bare-runs", "1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip

@@ -14,10 +14,10 @@ import torch
 import torchvision
 from torch import nn
 
-from app.cli import main
-from app.core.common.errors import ModelError
-from app.core.models.catalogue import catalogue, load_model
-from app.core.models.files import (
+from hookscope.cli import main
+from hookscope.core.common.errors import ModelError
+from hookscope.core.models.catalogue import catalogue, load_model
+from hookscope.core.models.files import (
     ArchitectureRequired,
     TrustRequired,
     file_kind,
@@ -26,9 +26,9 @@ from app.core.models.files import (
     split_factory,
     unwrap_module,
 )
-from app.core.models.images import read_image
-from app.core.models.inputs import custom_preprocess, describe_requirements, guess_preprocess
-from app.core.models.state_dicts import load_state_dict_file
+from hookscope.core.models.images import read_image
+from hookscope.core.models.inputs import custom_preprocess, describe_requirements, guess_preprocess
+from hookscope.core.models.state_dicts import load_state_dict_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"
@@ -207,7 +207,7 @@ def test_safetensors_file(tmp_path, resnet_state, monkeypatch):
     renamed = tmp_path / "weights.bin"  # recognised by its header, not its name
     renamed.write_bytes(path.read_bytes())
     assert torch.equal(open_model_file(renamed, arch="resnet18").module.fc.bias, resnet_state["fc.bias"])
-    monkeypatch.setattr("app.core.models.state_dicts.safetensors_available", lambda: False)
+    monkeypatch.setattr("hookscope.core.models.state_dicts.safetensors_available", lambda: False)
     with pytest.raises(ModelError, match="needs the safetensors package"):
         open_model_file(path, arch="resnet18")
 
@@ -447,7 +447,7 @@ def test_guess_preprocess():
 
 
 def test_timm_absent_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr("app.core.models.catalogue.timm_available", lambda: False)
+    monkeypatch.setattr("hookscope.core.models.catalogue.timm_available", lambda: False)
     assert catalogue(include_timm=True) == catalogue()
     with pytest.raises(ModelError, match=r"timm is not installed: pip install 'hookscope\[timm\]'"):
         load_model("timm/resnet18")
@@ -494,7 +494,9 @@ def test_timm_models_in_the_catalogue(tmp_path, monkeypatch):
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "hookscope", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_cli_never_runs_an_untrusted_pickle(tmp_path):

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import catalogue, catalogue_task, load_model
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import catalogue, catalogue_task, load_model
 
 REPRESENTATIVE = [
     "mobilenet_v3_small",  # Hardswish(inplace=True), squeeze-excitation

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torchvision
 
-from app.core.common.errors import DeviceError, ModelError
-from app.core.engine.devices import available_devices, resolve_device
-from app.core.models.catalogue import catalogue, default_preprocess, default_weights_file, load_model
+from hookscope.core.common.errors import DeviceError, ModelError
+from hookscope.core.engine.devices import available_devices, resolve_device
+from hookscope.core.models.catalogue import catalogue, default_preprocess, default_weights_file, load_model
 
 
 def test_catalogue_is_every_torchvision_classification_segmentation_and_detection_model():

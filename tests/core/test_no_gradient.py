@@ -15,10 +15,10 @@ import textwrap
 import pytest
 import torch
 
-from app.cli import main
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.models.files import open_model_file
+from hookscope.cli import main
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.files import open_model_file
 
 MODEL_PY = textwrap.dedent(
     """

@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 from cli_output import message_lines
 
-from app.core.common.errors import RunError
-from app.core.common.resources import sample_image
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.engine.objectives import Objective, parse_target, with_reference
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.core.pictures.cam import run_grad_cam
+from hookscope.core.common.errors import RunError
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.engine.objectives import Objective, parse_target, with_reference
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.core.pictures.cam import run_grad_cam
 
 SEG = "lraspp_mobilenet_v3_large"
 DET = "fasterrcnn_mobilenet_v3_large_320_fpn"
@@ -210,7 +210,7 @@ def test_grad_cam_of_a_detection_box_equals_pytorch_grad_cams(det, photo):
 
 
 def hookscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "hookscope", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_export_of_a_segmentation_class_records_the_objective(tmp_path):

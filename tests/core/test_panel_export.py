@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.common.errors import HookscopeError
-from app.core.common.resources import colormap_lut
-from app.core.outputs.panel_export import (
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.resources import colormap_lut
+from hookscope.core.outputs.panel_export import (
     SVG_NS,
     channel_image,
     export_channel_png,
@@ -22,7 +22,7 @@ from app.core.outputs.panel_export import (
     read_stats_csv,
     svg_embedded_png,
 )
-from app.core.pictures.views import as_channels, channel_stats, mosaic
+from hookscope.core.pictures.views import as_channels, channel_stats, mosaic
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import torch
 import torchvision
 from PIL import Image
 
-from app.core.common.errors import HookscopeError, ImageError, ModelError, RunError
-from app.core.engine.capture import class_label
-from app.core.engine.devices import available_devices, unavailable_devices
-from app.core.engine.hooks import HookRegistry
-from app.core.engine.interventions import parse_edit
-from app.core.engine.pipeline import (
+from hookscope.core.common.errors import HookscopeError, ImageError, ModelError, RunError
+from hookscope.core.engine.capture import class_label
+from hookscope.core.engine.devices import available_devices, unavailable_devices
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.core.engine.pipeline import (
     ArchitectureRequired,
     ModelSource,
     TrustRequired,
@@ -25,9 +25,9 @@ from app.core.engine.pipeline import (
     other_images,
     run_image,
 )
-from app.core.models.catalogue import default_weights_file
-from app.core.outputs.session import load_session, model_entry, save_session, session_from
-from app.core.pictures.cam import run_grad_cam
+from hookscope.core.models.catalogue import default_weights_file
+from hookscope.core.outputs.session import load_session, model_entry, save_session, session_from
+from hookscope.core.pictures.cam import run_grad_cam
 
 IMAGENET = torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"]
 

@@ -1,4 +1,4 @@
-"""The dataset scan (app.core.scan.scanner): checked against plain PyTorch, the analytic receptive field of a conv stack and
+"""The dataset scan (hookscope.core.scan.scanner): checked against plain PyTorch, the analytic receptive field of a conv stack and
 an independent gradient per unit; resume, skipping, the JSON schema and the command line."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import torch
 from PIL import Image
 from torch import nn
 
-from app.core.common.errors import HookscopeError
-from app.core.models.catalogue import LoadedModel
-from app.core.models.images import Preprocess, read_image
-from app.core.outputs.batch import find_images
-from app.core.scan.results import ScanSettings
-from app.core.scan.scanner import (
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.images import Preprocess, read_image
+from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.results import ScanSettings
+from hookscope.core.scan.scanner import (
     CHECKPOINT_FILE,
     NO_IMAGE,
     TopK,
@@ -393,11 +393,23 @@ def test_an_output_the_scan_cannot_read_is_one_line_naming_the_module():
 
 # ---- the command line ------------------------------------------------------------------------------------------
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "app", "scan", "--model", "resnet18", "--weights", "none", "--size", "64", *args]
+    return [
+        sys.executable,
+        "-m",
+        "hookscope",
+        "scan",
+        "--model",
+        "resnet18",
+        "--weights",
+        "none",
+        "--size",
+        "64",
+        *args,
+    ]
 
 
 def test_cli_writes_scan_json_and_png_strips(folder, tmp_path, capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     out = tmp_path / "out"
     code = main(["scan", "--model", "resnet18", "--weights", "none", "--size", "64", "--images", str(folder),
@@ -423,7 +435,7 @@ def test_cli_writes_scan_json_and_png_strips(folder, tmp_path, capsys):
     ],
 )
 def test_cli_errors_are_one_line(folder, tmp_path, capsys, args, message):
-    from app.cli import main
+    from hookscope.cli import main
 
     base = ["scan", "--model", "resnet18", "--weights", "none", "--images", str(folder), "--out", str(tmp_path)]
     code = main(base + args)
@@ -462,7 +474,7 @@ def test_cli_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
 
 
 def test_bench_scan_prints_both_throughputs_the_ratio_and_the_box_cost(capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     code = main(["bench", "--scan", "--images", "8", "--size", "64", "--batch-size", "4", "--layers", "layer1,fc"])
     out = capsys.readouterr().out
@@ -473,9 +485,9 @@ def test_bench_scan_prints_both_throughputs_the_ratio_and_the_box_cost(capsys):
 
 
 def test_cli_ray_without_ray_installed_is_one_line(folder, tmp_path, capsys, monkeypatch):
-    from app.cli import main
+    from hookscope.cli import main
 
-    monkeypatch.setattr("app.core.scan.on_ray.ray_available", lambda: False)
+    monkeypatch.setattr("hookscope.core.scan.on_ray.ray_available", lambda: False)
     code = main(["scan", "--model", "resnet18", "--weights", "none", "--images", str(folder), "--layers", "layer1",
                  "--out", str(tmp_path), "--ray"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()

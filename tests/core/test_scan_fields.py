@@ -1,4 +1,4 @@
-"""The scan's default boxes, receptive fields from the architecture (app.core.scan.fields), checked against the exact
+"""The scan's default boxes, receptive fields from the architecture (hookscope.core.scan.fields), checked against the exact
 gradient definition: equal to it on the network with every gate open, holding it on the real one, and the
 gradient definition kept where the architecture does not allow a field."""
 
@@ -15,12 +15,12 @@ import torch
 from PIL import Image
 from torch import nn
 
-from app.core.models.catalogue import LoadedModel
-from app.core.models.images import Preprocess
-from app.core.outputs.batch import find_images
-from app.core.scan.fields import receptive_fields
-from app.core.scan.results import ScanSettings
-from app.core.scan.scanner import ChannelScanner, scan_images, write_scan
+from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.images import Preprocess
+from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.fields import receptive_fields
+from hookscope.core.scan.results import ScanSettings
+from hookscope.core.scan.scanner import ChannelScanner, scan_images, write_scan
 
 SIZE = 64
 FLAT = Preprocess(resize=None, crop=SIZE, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))

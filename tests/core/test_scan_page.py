@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.models.images import Preprocess
-from app.core.outputs.batch import find_images
-from app.core.scan.page import write_page
-from app.core.scan.results import LABEL_HEIGHT, PatchReader, ScanSettings, write_strips
-from app.core.scan.scanner import CHECKPOINT_FILE, scan_images, write_scan
+from hookscope.core.models.images import Preprocess
+from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.page import write_page
+from hookscope.core.scan.results import LABEL_HEIGHT, PatchReader, ScanSettings, write_strips
+from hookscope.core.scan.scanner import CHECKPOINT_FILE, scan_images, write_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Preprocess(resize=73, crop=64, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -119,7 +119,19 @@ def test_the_page_loads_in_headless_chromium_lists_channels_and_shows_images(sca
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "app", "scan", "--model", "resnet18", "--weights", "none", "--size", "64", *args]
+    return [
+        sys.executable,
+        "-m",
+        "hookscope",
+        "scan",
+        "--model",
+        "resnet18",
+        "--weights",
+        "none",
+        "--size",
+        "64",
+        *args,
+    ]
 
 
 def test_cli_html_and_png_with_plain_progress_lines(tmp_path):
@@ -141,8 +153,8 @@ def test_cli_html_and_png_with_plain_progress_lines(tmp_path):
 
 
 def test_progress_on_a_terminal_is_one_line_with_the_time_left():
-    from app.cli.scan import _Progress
-    from app.core.scan.scanner import ScanProgress
+    from hookscope.cli.scan import _Progress
+    from hookscope.core.scan.scanner import ScanProgress
 
     class Terminal:
         def __init__(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.core.scan.on_ray import ray_available
+from hookscope.core.scan.on_ray import ray_available
 
 pytestmark = [
     pytest.mark.ray,
@@ -40,7 +40,7 @@ def scan(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}  # a local Ray
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
-        [sys.executable, "-m", "app", "scan", "--ray", "--weights", "none", "--images", str(tmp_path / "imgs"),
+        [sys.executable, "-m", "hookscope", "scan", "--ray", "--weights", "none", "--images", str(tmp_path / "imgs"),
          "--layers", "layer2", "--top", "2", "--size", "64", "--out", str(tmp_path / f"out{len(extra)}"), *extra],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from app.cli import main
+from hookscope.cli import main
 
 ARCHIVES = ("activations", "inputs", "gradients", "tensor_gradients")
 RUNNER = (
@@ -27,7 +27,7 @@ RUNNER = (
     "script, *args = sys.argv[1:]\n"
     "sys.argv = [script, *args]\n"
     "runpy.run_path(script, run_name='__main__')\n"
-    "hookscope = sorted(m for m in sys.modules if m == 'app' or m.startswith('app.'))\n"
+    "hookscope = sorted(m for m in sys.modules if m == 'hookscope' or m.startswith('hookscope.'))\n"
     "sys.exit(f'the script imported Hookscope: {hookscope}' if hookscope else 0)\n"
 )
 
@@ -118,7 +118,7 @@ def test_the_script_of_an_export_reproduces_it_in_a_fresh_process(tmp_path, caps
     assert "register_full_backward_hook(save_grad_output('conv1'" in text  # where the full backward hook works
     assert "register_forward_hook(save_output_grad('bn1', 'backward'" in text  # where it falls back
     assert text.count("prepend=True)") == len(edits)
-    assert "import app" not in text and "from app" not in text
+    assert "import hookscope" not in text and "from app" not in text
     compile(text, str(script), "exec")
 
     done = _run_script(script, tmp_path / "captures.npz", tmp_path)
@@ -232,8 +232,8 @@ def test_a_session_with_its_own_preprocessing(tmp_path, capsys):
     """A session's own preprocessing (resize, crop, mean and std the user set in the window) reaches the script."""
     from dataclasses import replace
 
-    from app.core.models.catalogue import load_model
-    from app.core.outputs.session import save_session, session_from
+    from hookscope.core.models.catalogue import load_model
+    from hookscope.core.outputs.session import save_session, session_from
 
     loaded = load_model("resnet18", "none", seed=4)
     loaded.preprocess = replace(
@@ -261,13 +261,13 @@ def test_the_grad_columns_in_a_script_tensor_hooks_and_grad_input(tmp_path):
     """The window's Grad column (a tensor hook on the output) and Grad in column (grad_input: a full backward hook, or
     tensor hooks on the inputs where it cannot work), with the gradient edits on the same modules, redone by the
     script exactly: the same records under the export's keys."""
-    from app.core.engine.capture import capture_run
-    from app.core.engine.hooks import FALLBACK, FULL_BACKWARD, HookRegistry
-    from app.core.engine.interventions import parse_edit
-    from app.core.models.catalogue import load_model
-    from app.core.models.images import read_image
-    from app.core.outputs.export import ARCHIVES as EXPORT_ARCHIVES
-    from app.core.teaching.script_export import standalone_script
+    from hookscope.core.engine.capture import capture_run
+    from hookscope.core.engine.hooks import FALLBACK, FULL_BACKWARD, HookRegistry
+    from hookscope.core.engine.interventions import parse_edit
+    from hookscope.core.models.catalogue import load_model
+    from hookscope.core.models.images import read_image
+    from hookscope.core.outputs.export import ARCHIVES as EXPORT_ARCHIVES
+    from hookscope.core.teaching.script_export import standalone_script
 
     loaded = load_model("resnet18", "none", seed=3)
     image = _picture(tmp_path / "photo.png", 1, (160, 120))
@@ -355,9 +355,9 @@ def test_the_script_computes_the_same_objective_for_other_targets(tmp_path, mode
 def test_a_box_target_in_a_script_is_the_detections_score(tmp_path):
     """A detector (random weights keep few boxes above its 0.05 threshold, so its script is checked to be written
     and to compile; the box objective itself is checked against autograd in test_objectives.py)."""
-    from app.core.engine.hooks import HookRegistry
-    from app.core.models.catalogue import load_model
-    from app.core.teaching.script_export import standalone_script
+    from hookscope.core.engine.hooks import HookRegistry
+    from hookscope.core.models.catalogue import load_model
+    from hookscope.core.teaching.script_export import standalone_script
 
     loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn", "none")
     registry = HookRegistry(loaded.module)

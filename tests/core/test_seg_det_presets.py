@@ -8,8 +8,8 @@ import torch
 import torchvision
 from PIL import Image
 
-from app.core.models.catalogue import load_model
-from app.core.models.images import Preprocess
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import Preprocess
 
 
 def test_a_segmentation_preset_is_a_square_of_its_resize_with_its_statistics():

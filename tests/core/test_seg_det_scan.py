@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.core.outputs.batch import find_images
-from app.core.scan.results import ScanSettings
-from app.core.scan.scanner import scan_images
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.results import ScanSettings
+from hookscope.core.scan.scanner import scan_images
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,13 @@ import torch
 from cli_output import message_lines
 from PIL import Image
 
-from app.core.common.errors import HookscopeError, ModelError
-from app.core.common.resources import sample_image
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.core.outputs.session import (
+from hookscope.core.common.errors import HookscopeError, ModelError
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.core.outputs.session import (
     Session,
     file_sha256,
     load_session,
@@ -204,7 +204,7 @@ def test_unknown_values_fall_back_with_a_line_each(tmp_path):
 
 
 def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_path, images):
-    from app.core.models.files import open_model_file
+    from hookscope.core.models.files import open_model_file
 
     weights = tmp_path / "project" / "finetuned.pth"
     torch.save(load_model("resnet18", "none", seed=11).module.state_dict(), weights)
@@ -234,8 +234,8 @@ def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_pa
 
 
 def test_edits_are_saved_with_their_state_and_restored(tmp_path, images):
-    from app.core.engine.interventions import parse_edit
-    from app.core.outputs.session import apply_session_edits, edit_specs
+    from hookscope.core.engine.interventions import parse_edit
+    from hookscope.core.outputs.session import apply_session_edits, edit_specs
 
     loaded = load_model("resnet18")
     with HookRegistry(loaded.module) as registry:
@@ -266,7 +266,7 @@ def test_cli_runs_a_saved_session_headlessly(tmp_path, images):
     out = tmp_path / "out"
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "app", "export", "--session", str(tmp_path / "s.json"), "--out", str(out)],
+        [sys.executable, "-m", "hookscope", "export", "--session", str(tmp_path / "s.json"), "--out", str(out)],
         cwd=root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -284,7 +284,7 @@ def test_cli_runs_a_saved_session_headlessly(tmp_path, images):
 
 
 def test_cli_refuses_a_session_whose_weights_file_is_missing_in_one_line(tmp_path, images, capsys):
-    from app.cli import main
+    from hookscope.cli import main
 
     weights = tmp_path / "w.pth"
     torch.save(load_model("resnet18", "none", seed=1).module.state_dict(), weights)
@@ -297,8 +297,8 @@ def test_cli_refuses_a_session_whose_weights_file_is_missing_in_one_line(tmp_pat
 
 
 def test_a_mix_edit_restores_with_its_other_image_ready_to_blend(tmp_path, images):
-    from app.core.engine.capture import capture_run
-    from app.core.outputs.session import apply_session_edits, edit_specs
+    from hookscope.core.engine.capture import capture_run
+    from hookscope.core.outputs.session import apply_session_edits, edit_specs
 
     loaded = load_model("resnet18")
     spec = f"mix:layer1:0.5:{images[1]}"
@@ -318,8 +318,8 @@ def test_a_mix_edit_restores_with_its_other_image_ready_to_blend(tmp_path, image
 
 
 def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
-    from app.core.outputs.session import panels_ui, session_panel_settings
-    from app.core.pictures.panels import PanelSettings
+    from hookscope.core.outputs.session import panels_ui, session_panel_settings
+    from hookscope.core.pictures.panels import PanelSettings
 
     default = PanelSettings("magma", "shared", "mean", "B")
     panels = {
@@ -346,8 +346,8 @@ def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
 
 
 def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
-    from app.core.outputs.session import session_panel_settings
-    from app.core.pictures.panels import PanelSettings
+    from hookscope.core.outputs.session import session_panel_settings
+    from hookscope.core.pictures.panels import PanelSettings
 
     older = Session(colormap="gray", ui={"sort": "max", "panels": [["fc", "forward", "magma", "shared", "mean"]]})
     default, panels, problems = session_panel_settings(older)  # saved before the view was kept: view A
@@ -373,7 +373,7 @@ def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
 
 def test_a_session_knows_every_hook_kind_the_engine_has():
     """session.py keeps its own list (it imports no torch); it must stay the engine's."""
-    from app.core.engine.hooks import KINDS
-    from app.core.outputs.session import KNOWN_KINDS
+    from hookscope.core.engine.hooks import KINDS
+    from hookscope.core.outputs.session import KNOWN_KINDS
 
     assert KNOWN_KINDS == KINDS

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cli import main
-from app.core.common.errors import HookscopeError
-from app.core.common.resources import sample_image
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.outputs.session import (
+from hookscope.cli import main
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.outputs.session import (
     Session,
     apply_session_edits,
     load_session,

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import FALLBACK, KINDS, HookRegistry
-from app.core.engine.interventions import parse_edit
-from app.core.teaching.snippets import (
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import FALLBACK, KINDS, HookRegistry
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.core.teaching.snippets import (
     KIND_HOOKS,
     captured_key,
     hook_snippet,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.system import startup
-from app.system.startup import data_folder, display_problem, log_error, qt_fatal_summary, report_startup_error
+from hookscope.system import startup
+from hookscope.system.startup import data_folder, display_problem, log_error, qt_fatal_summary, report_startup_error
 
 
 def test_the_data_folder_per_system() -> None:

@@ -1,4 +1,4 @@
-"""The video reader (app.core.live.video) on real files written by the test: frames, their order and colours, the newest
+"""The video reader (hookscope.core.live.video) on real files written by the test: frames, their order and colours, the newest
 frame winning on a slow consumer, the end of a file, files that are not videos or are truncated, and the camera
 path on a machine without a camera."""
 
@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 from video_files import frame_number, truncate, write_video
 
-from app.cli.export import frame_range
-from app.core.live.video import LatestFrame, VideoError, list_cameras, no_camera_line, open_camera, open_video
+from hookscope.cli.export import frame_range
+from hookscope.core.live.video import LatestFrame, VideoError, list_cameras, no_camera_line, open_camera, open_video
 
 NO_CAMERA = sys.platform.startswith("linux") and not glob.glob("/dev/video[0-9]*")
 
@@ -261,7 +261,7 @@ def test_pause_holds_a_file_step_reads_one_frame_and_resume_plays_on_from_there(
 
 
 def test_a_recording_holds_each_picture_until_the_next_one_came(tmp_path):
-    from app.core.live.video import VideoRecorder
+    from hookscope.core.live.video import VideoRecorder
 
     red, blue = np.zeros((48, 63, 3), np.uint8), np.zeros((48, 63, 3), np.uint8)  # odd width: padded to even
     red[..., 0], blue[..., 2] = 255, 255

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.pictures.views import (
+from hookscope.core.pictures.views import (
     ChannelData,
     MosaicLayout,
     as_channels,

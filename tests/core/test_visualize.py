@@ -1,4 +1,4 @@
-"""Dream a channel (app.core.teaching.visualize) on a real ResNet-18 with random weights (seed 0).
+"""Dream a channel (hookscope.core.teaching.visualize) on a real ResNet-18 with random weights (seed 0).
 
 Images are 128 pixels (64 where only determinism or hooks are checked), not 224, to keep the tests fast on a busy
 2-core machine; the recipe is the same at every size.
@@ -14,10 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
-from app.cli import main
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import LoadedModel, load_model
-from app.core.teaching.visualize import (
+from hookscope.cli import main
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import LoadedModel, load_model
+from hookscope.core.teaching.visualize import (
     LayerTap,
     Objective,
     VisualizeError,

@@ -15,12 +15,12 @@ import torch
 import torchvision
 from loopback import files_in, serving
 
-from app.cli import main
-from app.cli.common import load_for_cli
-from app.cli.dispatch import build_parsers
-from app.core.common.errors import ModelError
-from app.core.models.catalogue import default_weights_file, load_model
-from app.core.models.weights import (
+from hookscope.cli import main
+from hookscope.cli.common import load_for_cli
+from hookscope.cli.dispatch import build_parsers
+from hookscope.core.common.errors import ModelError
+from hookscope.core.models.catalogue import default_weights_file, load_model
+from hookscope.core.models.weights import (
     WEIGHTS_URL_ENV,
     DownloadCancelled,
     WeightsDownloadError,

@@ -20,7 +20,7 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms._presets import ImageClassification
 
-from app.core.models.images import Preprocess, read_image
+from hookscope.core.models.images import Preprocess, read_image
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -57,7 +57,7 @@ def test_the_files_are_tiny(extreme: dict[str, Path]) -> None:
 def test_preprocess_of_a_30000x1_png_stays_small(extreme: dict[str, Path]) -> None:
     result = _peak_growth(f"""
         import json, resource
-        from app.core.models.images import Preprocess, read_image
+        from hookscope.core.models.images import Preprocess, read_image
         pre = Preprocess(resize=256, crop=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
         def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         pre.to_tensor(read_image({str(extreme["photo"])!r}))
@@ -73,7 +73,7 @@ def test_export_of_30000x1_and_1x30000_pngs_stays_small(extreme: dict[str, Path]
     out = tmp_path / "out"
     result = _peak_growth(f"""
         import json, resource
-        from app.cli import main
+        from hookscope.cli import main
         def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         common = ["--model", "resnet18", "--layers", "conv1,layer1", "--no-png"]
         codes = [main(["export", "--image", {str(extreme["photo"])!r}, *common, "--out", {str(out / "photo")!r}])]

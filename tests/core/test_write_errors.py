@@ -17,13 +17,13 @@ import pytest
 from cli_output import message_lines
 from PIL import Image
 
-from app.core.common.errors import write_error, write_problem
+from hookscope.core.common.errors import write_error, write_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def hookscope(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hookscope", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
 
 

@@ -65,7 +65,9 @@ def test_the_self_test_runs_with_an_empty_environment() -> None:
 
 def test_weights_to_ship_are_collected_before_pyinstaller() -> None:
     lines = commands(plan("--with-weights", "resnet18,vgg16"))
-    collect = lines.index("build/venv-cpu/bin/python -m app.core.models.bundled_weights build/weights resnet18 vgg16")
+    collect = lines.index(
+        "build/venv-cpu/bin/python -m hookscope.core.models.bundled_weights build/weights resnet18 vgg16"
+    )
     assert collect < next(i for i, line in enumerate(lines) if "PyInstaller" in line)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from app.system.desktop_entry import read_exec
+from hookscope.system.desktop_entry import read_exec
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDED_BYTES = 15 << 30
@@ -174,9 +174,9 @@ def test_cuda_bundle_from_a_clean_checkout_works_as_a_download(tmp_path: Path, c
             assert (licences / name).is_file(), f"{name} is missing from the bundle's licences"
         assert (licences / "LICENSE").read_text().startswith("MIT License")
         assert list((licences / "third-party").glob("nvidia-*/License.txt")), "NVIDIA's licence texts are missing"
-        # read as text beside app/core/teaching/script_export.py by --script and "Copy whole script"
-        templates = Path("app") / "core" / "teaching" / "script_templates" / "standalone.py"
-        assert (bundle / "_internal" / templates).read_text() == (ROOT / templates).read_text(), "script templates"
+        # read as text beside app/hookscope/core/teaching/script_export.py by --script and "Copy whole script"
+        templates = Path("hookscope") / "core" / "teaching" / "script_templates" / "standalone.py"
+        assert (bundle / "_internal" / templates).read_text() == (ROOT / "app" / templates).read_text(), "templates"
 
         parts = sorted(dist.glob("hookscope-*-linux-*-cuda.tar.gz.part-*"))
         assert len(parts) >= 2 and not list(dist.glob("*.tar.gz")), [p.name for p in dist.iterdir()]

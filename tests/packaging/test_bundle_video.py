@@ -46,7 +46,7 @@ def test_the_spec_names_cv2_and_refuses_to_build_without_it() -> None:
 
 def test_write_video_gives_a_video_the_reader_plays(tmp_path) -> None:
     pytest.importorskip("cv2")
-    from app.core.live.video import open_video
+    from hookscope.core.live.video import open_video
 
     out = tmp_path / "build" / "check-video.avi"
     done = subprocess.run([sys.executable, str(ROOT / "packaging" / "bundle_checks.py"), "write-video", str(out)],

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from app.core.teaching.guide import GUIDE_FOLDER, find_guide
+from hookscope.core.teaching.guide import GUIDE_FOLDER, find_guide
 
 ROOT = Path(__file__).resolve().parents[2]
 

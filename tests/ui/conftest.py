@@ -25,10 +25,10 @@ from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
-from app.core.models.weights import WEIGHTS_URL_ENV  # noqa: E402
-from app.ui.main_window import MainWindow  # noqa: E402
-from app.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
-from app.ui.state.worker import active_threads, wait_for_workers  # noqa: E402
+from hookscope.core.models.weights import WEIGHTS_URL_ENV  # noqa: E402
+from hookscope.ui.main_window import MainWindow  # noqa: E402
+from hookscope.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
+from hookscope.ui.state.worker import active_threads, wait_for_workers  # noqa: E402
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -161,7 +161,7 @@ def photos(tmp_path: Path) -> list[Path]:
 @pytest.fixture
 def workspace(qtbot) -> Iterator:
     """A workspace over ResNet-18 (random weights) with the sample image's first run done, and no window."""
-    from app.ui.state.workspace import Workspace
+    from hookscope.ui.state.workspace import Workspace
 
     space = Workspace(weights="none", checks=["layer1.0.conv1"])
     space.attach_view(lambda: (300, 300))

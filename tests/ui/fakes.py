@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 from PySide6.QtWidgets import QDockWidget, QMenu, QVBoxLayout, QWidget
 
-from app.core.pictures.panels import PanelPicture
-from app.ui.actions.specs import ActionSpec
-from app.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
+from hookscope.core.pictures.panels import PanelPicture
+from hookscope.ui.actions.specs import ActionSpec
+from hookscope.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
 
 
 class FakeHost:

@@ -25,9 +25,9 @@ from PySide6.QtCore import QEventLoop, QPoint, QPointF, QRect, QTimer
 from PySide6.QtGui import QGuiApplication, QImage
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.ui.app import application, make_window
-from app.ui.state.rendering import color_table, lut_of
-from app.ui.state.requests import ImageSource
+from hookscope.ui.app import application, make_window
+from hookscope.ui.state.rendering import color_table, lut_of
+from hookscope.ui.state.requests import ImageSource
 
 MODULES = ("layer1.0.conv1", "layer2.0.conv1", "layer3.0.conv2", "layer4.1.conv2")
 KINDS = ("pre", "forward", "tensor", "grad_input")  # In, Act, Grad, Grad in
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @step("video")
     def _video() -> None:
-        from app.ui.bench_live import write_clip  # a moving pattern, 320x240 at 30 fps (OpenCV writes it)
+        from hookscope.ui.bench_live import write_clip  # a moving pattern, 320x240 at 30 fps (OpenCV writes it)
 
         live = window.features["live"]
         assert live.open_video(write_clip(out), loop=True), "the video did not open"

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from real_screen import at, pause, pointer, rest_pointer, screen_image, settle  # noqa: E402
 
-from app.core.common.resources import sample_image  # noqa: E402
-from app.ui.app import application, make_window  # noqa: E402
-from app.ui.state.requests import ImageSource  # noqa: E402
+from hookscope.core.common.resources import sample_image  # noqa: E402
+from hookscope.ui.app import application, make_window  # noqa: E402
+from hookscope.ui.state.requests import ImageSource  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = {
@@ -42,7 +42,7 @@ def biased_detector():
     untrained detector returns no box at all (every proposal scores about 1/91, under its 0.05 floor); this one
     returns boxes at two score levels. The boxes are noise, and the README's caption says so."""
 
-    from app.core.models.catalogue import load_model
+    from hookscope.core.models.catalogue import load_model
 
     loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn")
     loaded.module.roi_heads.detections_per_img = 4  # the few best: labels of many overlap

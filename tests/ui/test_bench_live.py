@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.ui.bench_live import bare_ms
-from app.ui.state.worker import model_pool
+from hookscope.ui.bench_live import bare_ms
+from hookscope.ui.state.worker import model_pool
 
 pytest.importorskip("cv2")
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_bench_live_prints_the_ratio_the_stall_and_the_memory() -> None:
-    done = subprocess.run([sys.executable, "-m", "app.ui.bench_live", "--frames", "4", "--bare-runs", "1",
+    done = subprocess.run([sys.executable, "-m", "hookscope.ui.bench_live", "--frames", "4", "--bare-runs", "1",
                            "--layers", "layer1,layer4"], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -41,7 +41,7 @@ def test_bench_live_prints_the_ratio_the_stall_and_the_memory() -> None:
 def test_bench_live_says_when_its_video_held_the_model_back() -> None:
     """A video written at 5 fps: the model waits for every frame, and the bench says the ratio measures the source,
     naming the option that writes a faster one."""
-    done = subprocess.run([sys.executable, "-m", "app.ui.bench_live", "--frames", "4", "--bare-runs", "1",
+    done = subprocess.run([sys.executable, "-m", "hookscope.ui.bench_live", "--frames", "4", "--bare-runs", "1",
                            "--layers", "layer1", "--clip-fps", "5"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -86,8 +86,8 @@ def test_the_written_clip_leaves_opencv_quiet_for_a_file_that_is_not_a_video(tmp
     notes.write_text("notes, not a video\n" * 40)
     script = (
         "import sys; from pathlib import Path\n"
-        "from app.ui.bench_live import write_clip\n"
-        "from app.core.live.video import VideoError, open_video\n"
+        "from hookscope.ui.bench_live import write_clip\n"
+        "from hookscope.core.live.video import VideoError, open_video\n"
         "clip = write_clip(Path(sys.argv[1]))\n"
         "with open_video(clip) as source: print(source.info.describe().split(' (')[1])\n"
         "try: open_video(sys.argv[2])\n"

@@ -8,9 +8,9 @@ import textwrap
 import pytest
 from conftest import no_run_asked
 
-from app.core.models.files import open_model_file
-from app.core.pictures.cam import run_grad_cam
-from app.ui.features.grad_cam import SCALE_TEXT, GradCamFeature
+from hookscope.core.models.files import open_model_file
+from hookscope.core.pictures.cam import run_grad_cam
+from hookscope.ui.features.grad_cam import SCALE_TEXT, GradCamFeature
 
 RUN_TIMEOUT_MS = 120_000
 MISSING = "Class 5000 does not exist: the model has 1000 classes (0-999)."

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.core.pictures.compare import rank_channels_by_difference
-from app.ui.main_window import MainWindow
-from app.ui.state.rendering import DIFF_LUT
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.core.pictures.compare import rank_channels_by_difference
+from hookscope.ui.main_window import MainWindow
+from hookscope.ui.state.rendering import DIFF_LUT
 
 RUN_TIMEOUT_MS = 120_000
 

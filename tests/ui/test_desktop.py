@@ -6,9 +6,9 @@ import sys
 
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app import __version__
-from app.ui.app import install_error_dialog
-from app.ui.dialogs.about import app_icon, show_about
+from hookscope import __version__
+from hookscope.ui.app import install_error_dialog
+from hookscope.ui.dialogs.about import app_icon, show_about
 
 
 def test_icon_and_about_box_credit_the_photographers(make_window) -> None:

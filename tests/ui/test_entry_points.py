@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
-from app.core.common.errors import HookscopeError
-from app.ui.app import SCREENSHOT_SIZE, SELF_TEST_REPORT_ENV, run_gui
+from hookscope.core.common.errors import HookscopeError
+from hookscope.ui.app import SCREENSHOT_SIZE, SELF_TEST_REPORT_ENV, run_gui
 
 
 def test_screenshot_writes_a_png_of_the_whole_window(tmp_path: Path, qapp) -> None:
@@ -42,7 +42,7 @@ def test_self_test_passes_and_writes_its_report(tmp_path: Path, qapp, monkeypatc
 
 
 def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, monkeypatch) -> None:
-    from app.ui import app as app_module
+    from hookscope.ui import hookscope as app_module
 
     seen: dict = {}
     original = app_module.make_window
@@ -71,7 +71,7 @@ def test_a_bad_size_or_ticks_is_one_clear_error(tmp_path: Path, qapp, size, tick
 
 def test_ticks_name_the_trees_columns_in_their_order() -> None:
     """--ticks: in, act, grad (a tensor hook on the output), gradin (grad_input, a full backward hook)."""
-    from app.ui.app import parse_ticks
+    from hookscope.ui.app import parse_ticks
 
     assert parse_ticks("gradin,act") == ("forward", "grad_input")
     assert parse_ticks("grad, in") == ("pre", "tensor")

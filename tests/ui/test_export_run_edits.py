@@ -1,5 +1,5 @@
 """File > Export run with an edit on: the window's manifest.json records the edit and the change it made to each
-top-5 prediction, as ``hookscope export --edit`` does (one manifest writer, ``app.core.outputs.export``)."""
+top-5 prediction, as ``hookscope export --edit`` does (one manifest writer, ``hookscope.core.outputs.export``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from app.core.engine.interventions import Intervention
-from app.core.pictures.compare import prediction_changes
+from hookscope.core.engine.interventions import Intervention
+from hookscope.core.pictures.compare import prediction_changes
 
 RUN_TIMEOUT_MS = 120_000
 

@@ -10,9 +10,9 @@ import numpy as np
 from PIL import Image
 from PySide6.QtWidgets import QMenu
 
-from app.core.common.resources import colormap_lut
-from app.core.outputs.panel_export import read_stats_csv, svg_embedded_png
-from app.core.pictures.views import channel_stats, to_uint8
+from hookscope.core.common.resources import colormap_lut
+from hookscope.core.outputs.panel_export import read_stats_csv, svg_embedded_png
+from hookscope.core.pictures.views import channel_stats, to_uint8
 
 RUN_TIMEOUT_MS = 120_000
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.pictures.cam import run_grad_cam
-from app.ui.features.grad_cam import DOCK_ID, GradCamFeature
+from hookscope.core.pictures.cam import run_grad_cam
+from hookscope.ui.features.grad_cam import DOCK_ID, GradCamFeature
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer3.1.conv2"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.pictures.cam import run_grad_cam
-from app.ui.features.grad_cam import GradCamFeature
-from app.ui.main_window import MainWindow
+from hookscope.core.pictures.cam import run_grad_cam
+from hookscope.ui.features.grad_cam import GradCamFeature
+from hookscope.ui.main_window import MainWindow
 
 RUN_TIMEOUT_MS = 120_000
 

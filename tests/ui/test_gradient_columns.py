@@ -13,10 +13,10 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from app.core.engine.hooks import FULL_BACKWARD, TENSOR
-from app.core.engine.interventions import parse_edit
-from app.ui.state.workspace import Workspace
-from app.ui.widgets.module_tree import GRAD_INPUTS, GRADIENTS, HEADER_TIPS, HEADERS, ModuleTreeModel
+from hookscope.core.engine.hooks import FULL_BACKWARD, TENSOR
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.ui.state.workspace import Workspace
+from hookscope.ui.widgets.module_tree import GRAD_INPUTS, GRADIENTS, HEADER_TIPS, HEADERS, ModuleTreeModel
 
 RUN_TIMEOUT_MS = 120_000
 CHECKED = Qt.CheckState.Checked

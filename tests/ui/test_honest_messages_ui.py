@@ -16,12 +16,12 @@ import pytest
 import torch
 from fakes import FakeHost
 
-from app.core.common.resources import sample_image
-from app.core.engine.blame import ModelRaised
-from app.core.engine.pipeline import ModelSource, open_model
-from app.ui.features.numeric_health import NumericHealthFeature
-from app.ui.features.session_files import SessionFilesFeature
-from app.ui.state.workspace import Workspace
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.blame import ModelRaised
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.ui.features.numeric_health import NumericHealthFeature
+from hookscope.ui.features.session_files import SessionFilesFeature
+from hookscope.ui.state.workspace import Workspace
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -127,7 +127,7 @@ def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_he
     assert "its weights hold NaN or inf (fc.weight: NaN in all of 40 values)" in text
     assert "zero-initialised" not in text and host.statuses[-1] == text
 
-    from app.ui.widgets.feature_map_panel import FeatureMapPanel
+    from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
 
     gradient = next(p for p in workspace.last.pictures if (p.path, p.kind) == ("conv", "tensor"))
     assert gradient.flat  # NaN drawn as 0 everywhere: the case that used to read "an untrained model"
@@ -141,9 +141,9 @@ def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_he
 
 def test_an_all_zero_gradient_still_reads_as_before() -> None:
     """Finite zeros are not NaN: the old explanation stays for them."""
-    from app.core.engine.hooks import Record
-    from app.core.pictures.panels import PanelSettings, picture_of
-    from app.ui.widgets.feature_map_panel import FeatureMapPanel
+    from hookscope.core.engine.hooks import Record
+    from hookscope.core.pictures.panels import PanelSettings, picture_of
+    from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
 
     record = Record("fc", "tensor", 0, "", "Tensor.register_hook", torch.zeros(1, 4, 3, 3))
     picture = picture_of(record, PanelSettings())

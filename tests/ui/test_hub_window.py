@@ -11,7 +11,7 @@ import huggingface_hub
 import pytest
 from PySide6.QtCore import Qt
 
-from app.ui.state.worker import active_threads
+from hookscope.ui.state.worker import active_threads
 from tests.hub_server import HubServer, make_bert, make_timm, make_vit, use_hub
 from tests.loopback import serving
 

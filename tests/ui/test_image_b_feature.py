@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QKeySequence
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.core.pictures.panels import PanelSettings
-from app.ui.features.image_b import VIEW_MENU, ImageBFeature
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.core.pictures.panels import PanelSettings
+from hookscope.ui.features.image_b import VIEW_MENU, ImageBFeature
 
 RUN_TIMEOUT_MS = 120_000
 PAIRS = {("layer1.0.conv1", "forward"), ("layer1.0.conv1", "tensor")}

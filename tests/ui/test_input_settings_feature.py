@@ -8,10 +8,10 @@ import torch
 from conftest import no_run_asked
 from PySide6.QtCore import Qt
 
-from app.core.engine.pipeline import ModelSource, open_model
-from app.core.models.inputs import custom_preprocess
-from app.ui.dialogs.input_dialog import InputDialog
-from app.ui.features.input_settings import InputSettingsFeature
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.models.inputs import custom_preprocess
+from hookscope.ui.dialogs.input_dialog import InputDialog
+from hookscope.ui.features.input_settings import InputSettingsFeature
 
 RUN_TIMEOUT_MS = 120_000
 

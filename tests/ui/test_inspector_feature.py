@@ -8,11 +8,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.core.engine.hooks import FALLBACK, HookInfo
-from app.core.engine.interventions import Intervention
-from app.core.teaching.script_export import standalone_script
-from app.core.teaching.snippets import snippet_for
-from app.ui.features.inspector import (
+from hookscope.core.engine.hooks import FALLBACK, HookInfo
+from hookscope.core.engine.interventions import Intervention
+from hookscope.core.teaching.script_export import standalone_script
+from hookscope.core.teaching.snippets import snippet_for
+from hookscope.ui.features.inspector import (
     DOCK_ID,
     KIND,
     METHOD,
@@ -139,8 +139,8 @@ def test_remove_one_unticks_it_and_remove_all_leaves_no_hook(inspector, workspac
 
 
 def test_a_features_own_hook_is_listed_while_it_lives(workspace, host) -> None:
-    from app.core.engine.hooks import FORWARD, HookInfo
-    from app.ui.features.inspector import InspectorFeature
+    from hookscope.core.engine.hooks import FORWARD, HookInfo
+    from hookscope.ui.features.inspector import InspectorFeature
 
     inspector = InspectorFeature(workspace, host)
     before = inspector.count

@@ -7,13 +7,13 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.core.engine.hooks import FALLBACK, HookInfo
-from app.core.engine.interventions import Intervention
-from app.core.teaching.script_export import standalone_script
-from app.core.teaching.snippets import snippet_for
-from app.ui.features.inspector import KIND, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
-from app.ui.main_window import MainWindow
-from app.ui.widgets.module_tree import KIND_COLUMNS, ModuleTreeModel
+from hookscope.core.engine.hooks import FALLBACK, HookInfo
+from hookscope.core.engine.interventions import Intervention
+from hookscope.core.teaching.script_export import standalone_script
+from hookscope.core.teaching.snippets import snippet_for
+from hookscope.ui.features.inspector import KIND, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
+from hookscope.ui.main_window import MainWindow
+from hookscope.ui.widgets.module_tree import KIND_COLUMNS, ModuleTreeModel
 
 RUN_TIMEOUT_MS = 120_000
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")

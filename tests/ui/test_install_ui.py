@@ -13,14 +13,14 @@ import pytest
 from PySide6.QtCore import QCoreApplication
 from PySide6.QtWidgets import QApplication, QPushButton
 
-import app.ui.app as app_module
-from app.cli.dispatch import build_parsers
-from app.system.desktop_entry import ENTRY_NAME, read_exec
-from app.system.startup import data_folder
-from app.ui.dialogs.about import show_about
-from app.ui.dialogs.licenses import LicensesDialog, licence_files
-from app.ui.features.desktop_entry import INSTALL_ACTION, REMOVE_ACTION, DesktopEntryFeature
-from app.ui.state.settings import SETTINGS_DIR_ENV, settings_folder
+import hookscope.ui.app as app_module
+from hookscope.cli.dispatch import build_parsers
+from hookscope.system.desktop_entry import ENTRY_NAME, read_exec
+from hookscope.system.startup import data_folder
+from hookscope.ui.dialogs.about import show_about
+from hookscope.ui.dialogs.licenses import LicensesDialog, licence_files
+from hookscope.ui.features.desktop_entry import INSTALL_ACTION, REMOVE_ACTION, DesktopEntryFeature
+from hookscope.ui.state.settings import SETTINGS_DIR_ENV, settings_folder
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -68,7 +68,7 @@ def test_no_display_is_one_line_in_the_log_and_on_stderr(tmp_path: Path) -> None
     }
     env["HOME"] = str(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-c", "from app.cli import main; raise SystemExit(main())"],
+        [sys.executable, "-c", "from hookscope.cli import main; raise SystemExit(main())"],
         capture_output=True,
         text=True,
         env=env,

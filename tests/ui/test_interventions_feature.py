@@ -12,11 +12,11 @@ from conftest import no_run_asked
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox, QMenu
 
-from app.core.common.errors import DeviceError, ImageError, RunError
-from app.core.engine.interventions import Intervention
-from app.ui.dialogs.edit_dialog import EditDialog, parse_channels
-from app.ui.features.interventions import ADD_ACTION, DOCK_ID, ON, REMOVE, InterventionsFeature
-from app.ui.state.workspace import RunFailure
+from hookscope.core.common.errors import DeviceError, ImageError, RunError
+from hookscope.core.engine.interventions import Intervention
+from hookscope.ui.dialogs.edit_dialog import EditDialog, parse_channels
+from hookscope.ui.features.interventions import ADD_ACTION, DOCK_ID, ON, REMOVE, InterventionsFeature
+from hookscope.ui.state.workspace import RunFailure
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer1.0.conv1"  # ticked for activations and gradients by the workspace fixture
@@ -220,7 +220,7 @@ def test_remove_all_removes_every_edit_and_its_hooks(feature, workspace, qtbot) 
 
 
 def test_edits_and_their_failed_marks_move_with_a_device_change(feature, workspace, qtbot, monkeypatch) -> None:
-    from app.ui.state import workspace as workspace_module
+    from hookscope.ui.state import workspace as workspace_module
 
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         feature.add_edit(Intervention("zero", PATH, channels=(2,)))

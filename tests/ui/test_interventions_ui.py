@@ -12,15 +12,15 @@ from conftest import every_picture, no_run_asked
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.engine.interventions import Intervention
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.core.pictures.compare import prediction_changes
-from app.ui.features.interventions import ADD_ACTION, ON, REMOVE, InterventionsFeature
-from app.ui.main_window import MainWindow
-from app.ui.widgets.predictions import PredictionsPanel, change_text
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.engine.interventions import Intervention
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.core.pictures.compare import prediction_changes
+from hookscope.ui.features.interventions import ADD_ACTION, ON, REMOVE, InterventionsFeature
+from hookscope.ui.main_window import MainWindow
+from hookscope.ui.widgets.predictions import PredictionsPanel, change_text
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer1.0.conv1"
@@ -238,7 +238,7 @@ def test_mix_blends_with_the_same_modules_output_on_the_other_image(window: Main
 
 
 def test_edits_move_with_the_ticks_when_the_device_changes(window: MainWindow, qtbot, monkeypatch) -> None:
-    from app.ui.state import workspace as workspace_module
+    from hookscope.ui.state import workspace as workspace_module
 
     with qtbot.waitSignal(window.workspace.run_applied, timeout=RUN_TIMEOUT_MS):
         interventions(window).add_edit(Intervention("zero", PATH, channels=(2,)))

@@ -8,10 +8,10 @@ import pytest
 import torch
 from PySide6.QtWidgets import QApplication
 
-from app.core.engine.hooks import TENSOR
-from app.core.engine.interventions import Intervention
-from app.core.teaching.lessons import LESSONS
-from app.ui.features.lessons import DOCK_ID, SHOW_ACTION, LessonsFeature
+from hookscope.core.engine.hooks import TENSOR
+from hookscope.core.engine.interventions import Intervention
+from hookscope.core.teaching.lessons import LESSONS
+from hookscope.ui.features.lessons import DOCK_ID, SHOW_ACTION, LessonsFeature
 
 RUN_TIMEOUT_MS = 120_000
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")

@@ -16,8 +16,8 @@ from conftest import no_run_asked
 from PySide6.QtGui import QKeySequence, QShortcut
 from video_files import frame_number, truncate, write_video
 
-from app.core.live.video import open_video
-from app.ui.features.live import LiveFeature
+from hookscope.core.live.video import open_video
+from hookscope.ui.features.live import LiveFeature
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -287,7 +287,7 @@ def test_recording_writes_the_frames_as_they_came_on_screen_with_grad_cam_beside
 
 def test_a_recording_to_a_bad_name_is_one_error_and_the_video_plays_on(feature, host, tmp_path):
     feature.open_video(write_video(tmp_path / "clip.avi", frames=10, fps=5.0))
-    from app.core.live.runner import SeenView
+    from hookscope.core.live.runner import SeenView
 
     assert not feature.start_recording(tmp_path / "seen.gif", SeenView("layer1.0.conv1", "forward"))
     assert host.errors == [f"Cannot record to '{tmp_path / 'seen.gif'}': give a .mp4 or .avi file name."]
@@ -297,8 +297,8 @@ def test_a_recording_to_a_bad_name_is_one_error_and_the_video_plays_on(feature, 
 def test_a_frame_starts_its_run_at_once_and_ticks_still_gather(workspace, qtbot):
     from PIL import Image
 
-    from app.ui.state.requests import ImageSource
-    from app.ui.state.scheduler import RUN_DEBOUNCE_MS
+    from hookscope.ui.state.requests import ImageSource
+    from hookscope.ui.state.scheduler import RUN_DEBOUNCE_MS
 
     scheduler = workspace.scheduler
     qtbot.waitUntil(lambda: not scheduler.busy, timeout=RUN_TIMEOUT_MS)

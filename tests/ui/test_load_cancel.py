@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import RUN_TIMEOUT_MS, photo
 
-from app.core.engine.pipeline import ModelSource, open_model
-from app.ui.features.load_cancel import CANCEL_ACTION, LoadCancelFeature
-from app.ui.state.requests import ImageSource
-from app.ui.state.worker import CLOSE_WAIT_MS, active_threads, wait_for_workers
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.ui.features.load_cancel import CANCEL_ACTION, LoadCancelFeature
+from hookscope.ui.state.requests import ImageSource
+from hookscope.ui.state.worker import CLOSE_WAIT_MS, active_threads, wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 STUCK_BUILD = """
@@ -177,8 +177,8 @@ import time
 import torch  # noqa: F401  (before Qt)
 from PySide6.QtCore import QTimer
 
-from app.ui.app import application, end_despite_stuck_workers
-from app.ui.main_window import MainWindow
+from hookscope.ui.app import application, end_despite_stuck_workers
+from hookscope.ui.main_window import MainWindow
 
 app = application(offscreen=True)
 window = MainWindow(weights="none", remember=False)

@@ -21,7 +21,7 @@ import pytest
 from conftest import RUN_TIMEOUT_MS
 from PIL import Image
 
-from app.ui.state import worker
+from hookscope.ui.state import worker
 
 
 def _rss_mb() -> float:

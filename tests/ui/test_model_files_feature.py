@@ -13,11 +13,11 @@ import torchvision
 from PySide6.QtWidgets import QMenu
 from torch import nn
 
-from app.core.models import catalogue as core_models
-from app.core.outputs.session import file_sha256
-from app.ui.dialogs.architecture_dialog import ArchitectureDialog, ArchitectureFit, guess_architecture
-from app.ui.features.open_model import MODEL_FOLDER_KEY, ModelFilesFeature, is_model_file
-from app.ui.state.settings import app_settings
+from hookscope.core.models import catalogue as core_models
+from hookscope.core.outputs.session import file_sha256
+from hookscope.ui.dialogs.architecture_dialog import ArchitectureDialog, ArchitectureFit, guess_architecture
+from hookscope.ui.features.open_model import MODEL_FOLDER_KEY, ModelFilesFeature, is_model_file
+from hookscope.ui.state.settings import app_settings
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -273,7 +273,7 @@ def test_the_architecture_chooser_searches_and_guesses(qtbot, tmp_path):
 
 
 def test_the_architectures_that_fit_are_found_selected_and_said(qtbot, tmp_path):
-    from app.ui.dialogs.architecture_dialog import architectures_that_fit
+    from hookscope.ui.dialogs.architecture_dialog import architectures_that_fit
 
     torch.manual_seed(3)
     path = tmp_path / "weights.pt"  # a name that hints nothing

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import RUN_TIMEOUT_MS
 
-from app.ui.state.worker import model_pool
+from hookscope.ui.state.worker import model_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,13 +21,13 @@ from PySide6.QtWidgets import QApplication
 from torch import nn
 from weights_server import SMALL
 
-from app.core.models import catalogue as core_models
-from app.core.models.inputs import custom_preprocess
-from app.core.models.weights import WEIGHTS_URL_ENV
-from app.ui.features.input_settings import InputSettingsFeature
-from app.ui.features.open_model import ModelFilesFeature
-from app.ui.features.weights_download import WeightsDownloadFeature
-from app.ui.main_window import MainWindow
+from hookscope.core.models import catalogue as core_models
+from hookscope.core.models.inputs import custom_preprocess
+from hookscope.core.models.weights import WEIGHTS_URL_ENV
+from hookscope.ui.features.input_settings import InputSettingsFeature
+from hookscope.ui.features.open_model import ModelFilesFeature
+from hookscope.ui.features.weights_download import WeightsDownloadFeature
+from hookscope.ui.main_window import MainWindow
 
 RUN_TIMEOUT_MS = 120_000
 

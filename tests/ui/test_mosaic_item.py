@@ -10,12 +10,12 @@ from PIL import Image
 from PySide6.QtCore import QPoint, QPointF, QRectF
 from PySide6.QtGui import QImage, QPainter
 
-from app.core.common.resources import colormap_lut
-from app.core.engine.hooks import Record
-from app.core.pictures.panels import PanelPicture, PanelSettings, picture_of
-from app.core.pictures.views import under_centres
-from app.ui.state.rendering import FIT_PADDING, fitted_size, nearest, render_mosaic, rendered_for, with_rendering
-from app.ui.widgets.feature_map_panel import FeatureMapPanel
+from hookscope.core.common.resources import colormap_lut
+from hookscope.core.engine.hooks import Record
+from hookscope.core.pictures.panels import PanelPicture, PanelSettings, picture_of
+from hookscope.core.pictures.views import under_centres
+from hookscope.ui.state.rendering import FIT_PADDING, fitted_size, nearest, render_mosaic, rendered_for, with_rendering
+from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
 
 
 def record(values: torch.Tensor, kind: str = "forward") -> Record:
@@ -285,11 +285,11 @@ def test_a_panel_shows_a_picture_without_its_full_resolution_values(qtbot) -> No
 def test_a_runs_new_pictures_are_painted_in_one_repaint_of_the_window(window, qtbot) -> None:
     """A video's every frame gives each panel in view a new picture. Through ``QGraphicsItem.update()`` the scene
     queued the repaint of each plot for a later turn of the event loop: the window repainted once for the panels'
-    labels and again for each plot, 5.3 repaints a frame (``python -m app.ui.bench_live``), each one a pass over
+    labels and again for each plot, 5.3 repaints a frame (``python -m hookscope.ui.bench_live``), each one a pass over
     the window and a copy to the screen."""
     from PySide6.QtCore import QEvent, QObject
 
-    from app.ui.state.requests import ImageSource
+    from hookscope.ui.state.requests import ImageSource
 
     class Passes(QObject):
         def __init__(self) -> None:

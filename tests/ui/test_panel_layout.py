@@ -17,15 +17,15 @@ from PySide6.QtCore import QPoint, QPointF, QRect, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import HookRegistry
-from app.core.pictures.ab import compare_runs
-from app.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
-from app.ui.host import Host
-from app.ui.state.rendering import DIFF_LUT
-from app.ui.widgets.feature_map_panel import MIN_PANEL_WIDTH, FeatureMapPanel
-from app.ui.widgets.legend import number
-from app.ui.widgets.panel_area import PanelArea
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.pictures.ab import compare_runs
+from hookscope.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
+from hookscope.ui.host import Host
+from hookscope.ui.state.rendering import DIFF_LUT
+from hookscope.ui.widgets.feature_map_panel import MIN_PANEL_WIDTH, FeatureMapPanel
+from hookscope.ui.widgets.legend import number
+from hookscope.ui.widgets.panel_area import PanelArea
 
 PAIRS = {
     ("layer1.0.conv1", "pre"),

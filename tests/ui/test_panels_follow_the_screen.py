@@ -8,7 +8,7 @@ import pytest
 from conftest import RUN_TIMEOUT_MS
 from PIL import Image
 
-from app.ui.state.requests import ImageSource
+from hookscope.ui.state.requests import ImageSource
 
 MODULES = (
     "conv1",
@@ -119,7 +119,7 @@ def test_with_image_b_a_panel_scrolled_in_gets_its_a_b_and_difference_views(tall
 
 def test_a_video_frame_makes_pictures_only_for_the_panels_in_view(tall, qtbot) -> None:
     """A playing video's next frame comes before anyone scrolls: its run prepares no page ahead (half a frame's
-    picture work, measured by ``python -m app.ui.bench_live``), and a panel scrolled in still gets its picture."""
+    picture work, measured by ``python -m hookscope.ui.bench_live``), and a panel scrolled in still gets its picture."""
     window, area = tall, tall.panel_area
     image_run = window.workspace.last
     pixels = np.asarray(image_run.image.load())

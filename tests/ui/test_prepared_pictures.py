@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from app.core.common.resources import sample_image
-from app.core.engine.hooks import HookRegistry
-from app.core.engine.pipeline import ModelSource, open_model
-from app.core.pictures.panels import PanelSettings
-from app.core.pictures.views import as_channels, mosaic, under_centres
-from app.ui.state.rendering import color_table, lut_of
-from app.ui.state.requests import ImageSource, RunRequest, execute_run
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.pictures.panels import PanelSettings
+from hookscope.core.pictures.views import as_channels, mosaic, under_centres
+from hookscope.ui.state.rendering import color_table, lut_of
+from hookscope.ui.state.requests import ImageSource, RunRequest, execute_run
 
 TICKS = [
     ("layer1.0.conv1", "forward"),

@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 from PySide6.QtWidgets import QFileDialog, QToolButton
 
-from app.core.outputs.batch import find_images
-from app.core.scan.results import write_scan
-from app.core.scan.scanner import ScanSettings, scan_images
-from app.ui.features.scan import DOCK_ID, ScanFeature
+from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.results import write_scan
+from hookscope.core.scan.scanner import ScanSettings, scan_images
+from hookscope.ui.features.scan import DOCK_ID, ScanFeature
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer1.0.conv1"  # the workspace fixture ticks its activations and gradients

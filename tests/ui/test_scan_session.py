@@ -13,9 +13,9 @@ import pytest
 from fakes import FakeHost
 from PIL import Image
 
-from app.ui.features.scan import ScanFeature
-from app.ui.features.session_files import SessionFilesFeature
-from app.ui.state.workspace import Workspace
+from hookscope.ui.features.scan import ScanFeature
+from hookscope.ui.features.session_files import SessionFilesFeature
+from hookscope.ui.state.workspace import Workspace
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer1.0.conv1"  # the workspace fixture ticks it

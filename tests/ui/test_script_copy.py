@@ -11,10 +11,10 @@ import numpy as np
 from conftest import RUN_TIMEOUT_MS
 from PySide6.QtWidgets import QApplication
 
-from app.core.engine.interventions import Intervention
-from app.core.outputs.export import ARCHIVES
-from app.ui.features.inspector import InspectorFeature
-from app.ui.state.requests import ImageSource
+from hookscope.core.engine.interventions import Intervention
+from hookscope.core.outputs.export import ARCHIVES
+from hookscope.ui.features.inspector import InspectorFeature
+from hookscope.ui.state.requests import ImageSource
 
 
 def test_copy_whole_script_redoes_the_run_on_screen(workspace, host, qtbot, tmp_path):

@@ -16,12 +16,12 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from app.core.engine.objectives import embedding_of
-from app.ui.state.requests import ImageSource
-from app.ui.widgets.detection_overlay import Box
-from app.ui.widgets.input_panel import InputPanel, region_of
-from app.ui.widgets.predictions import PredictionsPanel
-from app.ui.widgets.segmentation_legend import class_colours, class_shares, mask_data, mask_lut, most_common_class
+from hookscope.core.engine.objectives import embedding_of
+from hookscope.ui.state.requests import ImageSource
+from hookscope.ui.widgets.detection_overlay import Box
+from hookscope.ui.widgets.input_panel import InputPanel, region_of
+from hookscope.ui.widgets.predictions import PredictionsPanel
+from hookscope.ui.widgets.segmentation_legend import class_colours, class_shares, mask_data, mask_lut, most_common_class
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -162,9 +162,9 @@ def test_the_threshold_slider_says_how_many_boxes_pass(qtbot) -> None:
 
 @pytest.mark.parametrize("target", ["top1", 7, "class:3", "class:3@0,4,20,30", "box:2", "text:a photo of a cat"])
 def test_a_session_keeps_the_target_as_it_was_set(tmp_path, target) -> None:
-    from app.core.common.resources import sample_image
-    from app.core.models.catalogue import load_model
-    from app.core.outputs.session import load_session, save_session, session_from
+    from hookscope.core.common.resources import sample_image
+    from hookscope.core.models.catalogue import load_model
+    from hookscope.core.outputs.session import load_session, save_session, session_from
 
     path = tmp_path / "s.json"
     save_session(session_from(load_model("resnet18"), [], [str(sample_image())], target=target), path)
@@ -179,7 +179,7 @@ def lraspp_at(side: int):
     """LR-ASPP (MobileNet v3), untrained, fed a ``side`` x ``side`` input (its 520 px preset runs seconds here)."""
     from dataclasses import replace
 
-    from app.core.models.catalogue import load_model
+    from hookscope.core.models.catalogue import load_model
 
     loaded = load_model("lraspp_mobilenet_v3_large")
     return replace(loaded, preprocess=replace(loaded.preprocess, resize=side, crop=side))
@@ -276,7 +276,7 @@ def biased_detector():
     of class 17 (cat) at 3 and of class 18 (dog) at 2.5 (the other logits near 0), each kept proposal comes out
     as a cat at about 0.17 and a dog at about 0.10: two score levels, so a threshold between them changes the
     count. A 160 px internal size keeps the runs short."""
-    from app.core.models.catalogue import load_model
+    from hookscope.core.models.catalogue import load_model
 
     loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn")
     model = loaded.module
@@ -364,8 +364,8 @@ def clip_hub(tmp_path, monkeypatch):
 def test_an_embedding_model_takes_the_similarity_to_image_b_and_to_a_text(make_window, qtbot, clip_hub) -> None:
     import torch.nn.functional as F
 
-    from app.core.common.resources import sample_image
-    from app.core.models.catalogue import load_model
+    from hookscope.core.common.resources import sample_image
+    from hookscope.core.models.catalogue import load_model
 
     window = make_window(checks=["layer1.0.conv1"])
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):

@@ -17,15 +17,15 @@ import torchvision
 from fakes import FakeHost
 from PySide6.QtGui import QKeySequence
 
-from app.core.common.resources import sample_image
-from app.core.engine.hooks import TENSOR
-from app.core.engine.interventions import parse_edit
-from app.core.engine.pipeline import ModelSource, open_model
-from app.core.outputs.session import file_sha256, load_session, panels_ui, save_session, session_from
-from app.core.pictures.panels import PanelSettings
-from app.ui.features.session_files import SessionFilesFeature
-from app.ui.state.requests import ImageSource
-from app.ui.state.workspace import Workspace
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.hooks import TENSOR
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.outputs.session import file_sha256, load_session, panels_ui, save_session, session_from
+from hookscope.core.pictures.panels import PanelSettings
+from hookscope.ui.features.session_files import SessionFilesFeature
+from hookscope.ui.state.requests import ImageSource
+from hookscope.ui.state.workspace import Workspace
 
 RUN_TIMEOUT_MS = 120_000
 

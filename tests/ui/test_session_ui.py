@@ -15,10 +15,10 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
-from app.core.engine.interventions import parse_edit
-from app.core.engine.pipeline import ModelSource, open_model
-from app.core.outputs.session import load_session
-from app.ui.main_window import MainWindow
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.outputs.session import load_session
+from hookscope.ui.main_window import MainWindow
 
 RUN_TIMEOUT_MS = 120_000
 

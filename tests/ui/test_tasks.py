@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import RUN_TIMEOUT_MS
 
-from app.ui.state.tasks import Task
+from hookscope.ui.state.tasks import Task
 
 
 def _ended(task: Task, qtbot) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from app.core.teaching.guide import GuideLocation
-from app.ui.actions import builtin
+from hookscope.core.teaching.guide import GuideLocation
+from hookscope.ui.actions import builtin
 
 
 class Opened:

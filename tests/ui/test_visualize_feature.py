@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 from PySide6.QtWidgets import QFileDialog
 
-from app.core.engine.hooks import FORWARD
-from app.ui.features.visualize import DOCK_ID, VisualizeFeature
+from hookscope.core.engine.hooks import FORWARD
+from hookscope.ui.features.visualize import DOCK_ID, VisualizeFeature
 
 RUN_TIMEOUT_MS = 120_000
 PATH = "layer2.1"
@@ -159,7 +159,7 @@ def test_a_bad_module_or_channel_is_one_line(feature, workspace, host, qtbot) ->
 
 
 def test_the_channel_view_has_a_button_for_the_channel_it_shows(workspace, host, qtbot) -> None:
-    from app.ui.features.visualize import VisualizeFeature
+    from hookscope.ui.features.visualize import VisualizeFeature
 
     feature = VisualizeFeature(workspace, host)
     assert feature.channel_button in host.channel_rows and not feature.channel_button.isEnabled()

@@ -15,10 +15,10 @@ from loopback import files_in
 from PySide6.QtCore import Qt
 from weights_server import SMALL
 
-from app.core.models.catalogue import LoadedModel
-from app.core.models.weights import WEIGHTS_URL_ENV
-from app.ui.features.weights_download import WeightsDownloadFeature, model_title, transfer_text
-from app.ui.state.workspace import Workspace
+from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.weights import WEIGHTS_URL_ENV
+from hookscope.ui.features.weights_download import WeightsDownloadFeature, model_title, transfer_text
+from hookscope.ui.state.workspace import Workspace
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -140,7 +140,7 @@ def test_another_notice_takes_the_row_without_a_button(workspace, host, qtbot):
     feature = WeightsDownloadFeature(workspace, host)
 
     def noted() -> LoadedModel:
-        from app.core.models.catalogue import load_model
+        from hookscope.core.models.catalogue import load_model
 
         loaded = load_model("resnet18", "none")
         loaded.notice = "Non-strict load: 60 of 62 tensors of resnet18 loaded."

@@ -11,19 +11,19 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
-from app.core.common.resources import sample_image
-from app.core.engine.capture import capture_run
-from app.core.engine.hooks import FALLBACK, GRADIENT_KINDS, TENSOR, HookRegistry
-from app.core.models.catalogue import load_model
-from app.core.models.images import read_image
-from app.ui.main_window import MainWindow
-from app.ui.state import scheduler
-from app.ui.state import workspace as workspace_module
-from app.ui.state.rendering import fitted_size
-from app.ui.state.requests import execute_run
-from app.ui.state.worker import active_threads
-from app.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, INPUTS, SHAPE
-from app.ui.widgets.panel_area import PANELS_PER_TURN
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.capture import capture_run
+from hookscope.core.engine.hooks import FALLBACK, GRADIENT_KINDS, TENSOR, HookRegistry
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.images import read_image
+from hookscope.ui.main_window import MainWindow
+from hookscope.ui.state import scheduler
+from hookscope.ui.state import workspace as workspace_module
+from hookscope.ui.state.rendering import fitted_size
+from hookscope.ui.state.requests import execute_run
+from hookscope.ui.state.worker import active_threads
+from hookscope.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, INPUTS, SHAPE
+from hookscope.ui.widgets.panel_area import PANELS_PER_TURN
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -361,7 +361,7 @@ def test_switching_model_moves_the_ticks_and_leaves_no_hook_on_the_old_model(win
 
 
 def test_switching_model_carries_the_interventions_where_their_module_exists(window: MainWindow, qtbot) -> None:
-    from app.core.engine.interventions import Intervention
+    from hookscope.core.engine.interventions import Intervention
 
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.workspace.add_edit(Intervention("zero", "layer1.0.conv1", channels=(3,)))

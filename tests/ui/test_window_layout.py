@@ -109,8 +109,8 @@ def test_the_trees_tick_columns_fit_the_modules_dock(make_window, qtbot, size) -
     in on two lines), and the names keep their least width."""
     from PySide6.QtCore import Qt
 
-    from app.ui.widgets.module_tree import HEADERS, KIND_COLUMNS, NAME
-    from app.ui.widgets.module_tree_view import NAME_MIN_WIDTH
+    from hookscope.ui.widgets.module_tree import HEADERS, KIND_COLUMNS, NAME
+    from hookscope.ui.widgets.module_tree_view import NAME_MIN_WIDTH
 
     window = make_window(remember=False)
     window.resize(*size)
@@ -135,7 +135,7 @@ def test_the_window_fits_the_screen_whatever_size_was_saved(make_window, qtbot) 
     inside the screen's free area, frame included: nothing of the window out of reach."""
     from PySide6.QtCore import QByteArray, QSize
 
-    from app.ui.state.settings import app_settings
+    from hookscope.ui.state.settings import app_settings
 
     def check(window) -> None:
         area = window.screen().availableGeometry()

@@ -8,13 +8,13 @@ import torch
 from PySide6.QtCore import QPointF, Qt
 from torch import nn
 
-from app.core.engine.hooks import HookRegistry, Record
-from app.core.engine.tree import NOT_RUN_REASON, module_tree, survey
-from app.core.pictures.panels import PanelSettings, picture_of, prepare_pictures
-from app.ui.state.image_queue import ImageQueue, push_recent
-from app.ui.state.requests import default_checks
-from app.ui.widgets.feature_map_panel import FeatureMapPanel
-from app.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, NAME, SHAPE, ModuleTreeModel
+from hookscope.core.engine.hooks import HookRegistry, Record
+from hookscope.core.engine.tree import NOT_RUN_REASON, module_tree, survey
+from hookscope.core.pictures.panels import PanelSettings, picture_of, prepare_pictures
+from hookscope.ui.state.image_queue import ImageQueue, push_recent
+from hookscope.ui.state.requests import default_checks
+from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
+from hookscope.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, NAME, SHAPE, ModuleTreeModel
 
 
 def record(tensor: torch.Tensor, kind: str = "forward", path: str = "layer") -> Record:
@@ -219,8 +219,8 @@ def test_panel_drop_down_menus_change_the_settings(qtbot) -> None:
 
 
 def test_predictions_of_nan_scores_show_nan_instead_of_failing(qtbot) -> None:
-    from app.core.engine.capture import top_predictions
-    from app.ui.widgets.predictions import PredictionsPanel
+    from hookscope.core.engine.capture import top_predictions
+    from hookscope.ui.widgets.predictions import PredictionsPanel
 
     panel = PredictionsPanel()
     qtbot.addWidget(panel)

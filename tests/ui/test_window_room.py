@@ -11,7 +11,7 @@ from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QApplication, QDockWidget, QTabBar, QWidget
 
-from app.ui.main_window import CARD_MIN_HEIGHT, CARD_SHARE
+from hookscope.ui.main_window import CARD_MIN_HEIGHT, CARD_SHARE
 
 SIZES = [(1024, 700), (1366, 768)]
 SIDE_VIEWS = ("channel", "scan", "visualize", "lessons", "grad_cam")
@@ -123,7 +123,7 @@ def contrast(a: QColor, b: QColor) -> float:
 
 @pytest.fixture
 def dark_theme(qapp):
-    from app.ui.theme import apply_theme
+    from hookscope.ui.theme import apply_theme
 
     palette, sheet, style = qapp.palette(), qapp.styleSheet(), qapp.style().name()
     apply_theme(qapp)
@@ -134,7 +134,7 @@ def dark_theme(qapp):
 
 
 def test_unticked_boxes_stand_out_of_the_dark_rows_and_the_whole_cell_ticks(dark_theme, make_window, qtbot) -> None:
-    from app.ui.widgets.module_tree import ACTIVATIONS, KIND_COLUMNS, TICK_KINDS
+    from hookscope.ui.widgets.module_tree import ACTIVATIONS, KIND_COLUMNS, TICK_KINDS
 
     window = started(make_window, qtbot, (1024, 700))
     view = window.tree_view
@@ -181,7 +181,7 @@ def test_unticked_boxes_stand_out_of_the_dark_rows_and_the_whole_cell_ticks(dark
 
 @pytest.mark.parametrize("size", [(1024, 700)])
 def test_the_trees_column_headers_are_whole(make_window, qtbot, size) -> None:
-    from app.ui.widgets.module_tree import KIND_COLUMNS, NAME
+    from hookscope.ui.widgets.module_tree import KIND_COLUMNS, NAME
 
     window = started(make_window, qtbot, size)
     tree = window.tree_view.tree
@@ -328,7 +328,7 @@ def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_pa
 def test_a_narrow_legend_keeps_its_values_whole(qtbot) -> None:
     """A gradient panel in a row of four at 1920 px: about 200 px for "min [bar] max 5.05e−9 … 0.00123": the note
     goes, the bar narrows, and the values stay whole."""
-    from app.ui.widgets.legend import ColorLegend, Legend, number
+    from hookscope.ui.widgets.legend import ColorLegend, Legend, number
 
     legend = ColorLegend()
     qtbot.addWidget(legend)
@@ -346,7 +346,7 @@ def test_a_narrow_legend_keeps_its_values_whole(qtbot) -> None:
 
 
 def test_the_side_by_side_predictions_fit_the_column_at_1024x700(make_window, qtbot, photos) -> None:
-    from app.ui.state.requests import ImageSource
+    from hookscope.ui.state.requests import ImageSource
 
     window = started(make_window, qtbot, (1024, 700))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):

@@ -7,11 +7,11 @@ import os
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu
 
-from app.core.common.resources import sample_image
-from app.core.engine.devices import unavailable_devices
-from app.core.models.catalogue import default_weights_file
-from app.ui.actions.builtin import image_folder
-from app.ui.host import Host
+from hookscope.core.common.resources import sample_image
+from hookscope.core.engine.devices import unavailable_devices
+from hookscope.core.models.catalogue import default_weights_file
+from hookscope.ui.actions.builtin import image_folder
+from hookscope.ui.host import Host
 
 
 def all_actions(menu: QMenu) -> list[QAction]:
@@ -64,7 +64,7 @@ def test_the_weights_box_says_what_is_in_use(make_window, qtbot) -> None:
 def test_the_open_dialog_never_starts_inside_the_installation() -> None:
     start = image_folder(remembers=False)
     assert os.path.isdir(start)
-    assert not os.path.abspath(sample_image()).startswith(os.path.abspath(start) + os.sep + "app")
+    assert not os.path.abspath(sample_image()).startswith(os.path.abspath(start) + os.sep + "hookscope")
     assert os.path.dirname(os.path.abspath(sample_image())) != os.path.abspath(start)
 
 

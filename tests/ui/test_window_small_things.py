@@ -77,7 +77,7 @@ def test_file_dialogs_start_in_the_folder_used_last(make_window, qtbot, tmp_path
 def test_the_screenshot_dialog_starts_where_the_last_screenshot_went(make_window, qtbot, tmp_path, monkeypatch):
     import os
 
-    from app.ui.actions.builtin import screenshot_dialog
+    from hookscope.ui.actions.builtin import screenshot_dialog
 
     window = make_window(remember=False)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from app.ui.main_window import MainWindow
+from hookscope.ui.main_window import MainWindow
 
 RUN_TIMEOUT_MS = 120_000
 

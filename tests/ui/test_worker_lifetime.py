@@ -18,7 +18,7 @@ import weakref
 import pytest
 from PySide6.QtCore import QObject, Qt, Signal
 
-from app.ui.state.worker import Job, JobRunner, PoolWorker, start_worker, workers_kept
+from hookscope.ui.state.worker import Job, JobRunner, PoolWorker, start_worker, workers_kept
 
 JOBS = 400
 
@@ -127,7 +127,7 @@ def test_a_cancelled_scan_lets_go_of_its_copy_of_the_model(workspace, host, qtbo
     import numpy as np
     from PIL import Image
 
-    from app.ui.features.scan import ScanFeature
+    from hookscope.ui.features.scan import ScanFeature
 
     folder = tmp_path / "images"
     folder.mkdir()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import RUN_TIMEOUT_MS, photo
 
-from app.core.engine.interventions import parse_edit
-from app.ui.state.requests import ImageSource
+from hookscope.core.engine.interventions import parse_edit
+from hookscope.ui.state.requests import ImageSource
 
 pytestmark = pytest.mark.usefixtures("qtbot")
 

@@ -1,0 +1,324 @@
+"""The hook inspector feature: every live hook handle on the model, and the plain PyTorch that registers it.
+
+It lists ``registry.live_hooks()`` (module, kind, the PyTorch method, whether it reads or edits, and the engine's
+note where it used a fallback), says for the selected hook which tree column registered it and why that PyTorch
+hook (``hookscope.core.teaching.snippets.KIND_HOOKS``: Grad is a tensor hook on the output, Grad in the full backward hook that
+alone gives grad_input), counts the handles, removes one hook or all of them through the workspace (an
+untick for a capture hook, so the tree and the panels follow), and shows ``snippet_for`` of the selected hook,
+copyable, and **Copy whole script**: ``standalone_script``, a file that runs on its own (the same model, weights, image,
+preprocessing, hooks and edits, forward and backward to the same target): what was done in the window, redone in
+a script. Its dock shares a tab stack with the Interventions; Hooks > Hook inspector (Ctrl+I) brings it to the front.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hookscope.core.common.errors import HookscopeError
+from hookscope.core.engine.hooks import FALLBACK, HookInfo
+from hookscope.core.teaching.script_export import standalone_script
+from hookscope.core.teaching.snippets import kind_hook, snippet_for
+from hookscope.ui.actions.specs import ActionSpec
+from hookscope.ui.host import DockSpec, Host
+from hookscope.ui.state.workspace import Workspace
+from hookscope.ui.widgets.code_view import code_view, notice_label
+from hookscope.ui.widgets.module_tree import HEADERS, KIND_COLUMNS
+from hookscope.ui.widgets.wrapped_label import WrappedLabel
+
+FEATURE_ID = "inspector"
+DOCK_ID = "inspector"
+SHOW_ACTION = "hooks.inspector"
+
+SHOWN_ROWS = 5  # the table never shows fewer hooks than this without scrolling
+COLUMNS = ("Module", "Kind", "Method", "Reads/edits", "Note", "")
+MODULE, KIND, METHOD, ROLE, NOTE, REMOVE = range(len(COLUMNS))
+
+
+def hook_identity(info: HookInfo) -> tuple[str, str, int | None]:
+    return info.path, info.kind, info.edit_id
+
+
+def why_text(info: HookInfo) -> str:
+    """Which tick registered a capture hook and why that PyTorch hook; for an edit, the hook that carries it."""
+    if info.edit_id is not None:
+        return (
+            f"An edit through {info.method}: its hook returns a value, so it changes what flows; registered "
+            "with prepend=True, it runs before the module's capture hooks."
+        )
+    column = KIND_COLUMNS.get(info.kind)
+    tick = f"The {HEADERS[column]} tick" if column is not None else f"A {info.kind} hook (not a column of the tree)"
+    return f"{tick}: {kind_hook(info.kind)}."
+
+
+class InspectorFeature:
+    """A table of the live hooks with a count, Remove / Remove all, and each hook's code."""
+
+    id = FEATURE_ID
+
+    def __init__(self, workspace: Workspace, host: Host) -> None:
+        self.workspace = workspace
+        self.host = host
+        self.widget = QWidget()
+        self.infos: list[HookInfo] = []
+        self._shown: tuple[int, int, list[HookInfo]] | None = None  # what the table holds: registry, count, hooks
+
+        self.count_label = QLabel("0 live hooks")
+        self.count_label.setObjectName("panelTitle")
+        self.count_label.setToolTip("Handles this window holds on the model right now (one per tick or edit)")
+        self.remove_all_button = QPushButton("Remove all")
+        self.remove_all_button.setToolTip("Remove every hook: unticks every module and removes every intervention")
+        self.remove_all_button.clicked.connect(self.remove_all)
+        top = QHBoxLayout()
+        top.addWidget(self.count_label)
+        top.addStretch(1)
+        top.addWidget(self.remove_all_button)
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setStretchLastSection(False)
+        header.setMinimumSectionSize(24)
+        header.setSectionResizeMode(METHOD, QHeaderView.ResizeMode.Stretch)
+        for column in (MODULE, KIND, ROLE, REMOVE):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.resizeSection(NOTE, 60)
+        self.table.verticalHeader().setDefaultSectionSize(24)
+        self.table.itemSelectionChanged.connect(self._show_code)
+
+        self.why = WrappedLabel("")
+        self.why.setToolTip("Which tick registered this hook, and why that PyTorch hook")
+        self.note = notice_label()
+        self.code = code_view("Select a hook to see the plain PyTorch that registers it.", wrap=True)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setToolTip("Copy this hook's code to the clipboard")
+        self.copy_button.clicked.connect(self.copy_snippet)
+        self.copy_all_button = QPushButton("Copy whole script")
+        self.copy_all_button.setToolTip(
+            "A standalone Python script that redoes this run: the model and its weights, the "
+            "image and its preprocessing, every hook and edit, forward and backward"
+        )
+        self.copy_all_button.clicked.connect(self.copy_script)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.copy_button)
+        buttons.addWidget(self.copy_all_button)
+        buttons.addStretch(1)
+        # Not a splitter in a scroll area (a short dock scrolled the Copy buttons out of sight and could shrink the
+        # table to two rows): minimum heights the dock keeps. Five rows, the explanation under them, then the code
+        # (which scrolls itself) and the Copy buttons.
+        rows = self.table.verticalHeader().defaultSectionSize() * SHOWN_ROWS
+        self._least_heights = (
+            rows
+            + self.table.horizontalHeader().sizeHint().height()
+            + self.table.horizontalScrollBar().sizeHint().height()  # the columns scroll sideways
+            + 2 * self.table.frameWidth()
+            + 2,
+            3 * self.code.fontMetrics().lineSpacing() + 12,
+        )
+        layout = QVBoxLayout(self.widget)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(self.table, 2)
+        layout.addWidget(self.why)
+        layout.addWidget(self.note)
+        layout.addWidget(self.code, 1)
+        layout.addLayout(buttons)
+
+        self.dock = host.add_dock(
+            DockSpec(DOCK_ID, "Hook inspector", area="left", tab_with="interventions", scroll=False), self.widget
+        )
+        # The least heights hold while the inspector is the tab in front: the window then gives it the room (from
+        # the module tree above); behind the Interventions it asks for none, and the tree can take the height back.
+        self.dock.visibilityChanged.connect(self._on_visibility)
+        self._on_visibility()
+        host.add_actions(
+            [
+                ActionSpec(
+                    SHOW_ACTION,
+                    "Hook inspector",
+                    "Hooks",
+                    callback=lambda: host.show_dock(DOCK_ID),
+                    group=60,
+                    order=20,
+                    shortcut="Ctrl+I",
+                    tooltip="Every live hook, with the plain PyTorch that registers it",
+                )
+            ]
+        )
+        workspace.hooks_changed.connect(self._on_hooks_changed)
+        workspace.model_changed.connect(self._on_model_changed)
+        workspace.run_applied.connect(self._on_run_applied)
+        workspace.external_hooks_changed.connect(self._on_external_hooks_changed)
+        self.refresh()
+
+    def _on_visibility(self, _visible: bool = False) -> None:
+        # Read once the window has settled: showing a window shows every tab of a stack for a moment, and the
+        # inspector's least heights would then push the tree's separator down for good.
+        QTimer.singleShot(0, self._keep_least_heights)
+
+    def _keep_least_heights(self) -> None:
+        visible = self.dock.isVisible() and not self.dock.visibleRegion().isEmpty()
+        table, code = self._least_heights if visible else (0, 0)
+        self.table.setMinimumHeight(table)
+        self.code.setMinimumHeight(code)
+
+    # ---- the workspace's signals ------------------------------------------------------------------------------
+    def _on_hooks_changed(self, _changes: object = None) -> None:
+        self.refresh()
+
+    def _on_model_changed(self, _outcome: object = None) -> None:
+        self.refresh()
+
+    def _on_run_applied(self, _outcome: object = None) -> None:
+        self.refresh()  # a run's survey may switch a hook to its fallback
+
+    def _on_external_hooks_changed(self, _infos: object = None) -> None:
+        self.refresh()  # a feature's own hook (a feature visualization's) came or went
+
+    # ---- the table ----------------------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        registry = self.workspace.registry
+        return (registry.handle_count() if registry is not None else 0) + len(self.workspace.external_hooks)
+
+    def is_external(self, info: HookInfo) -> bool:
+        """A hook a feature holds on the model outside the registry (listed while it lives, removed by it)."""
+        return any(info is external for external in self.workspace.external_hooks)
+
+    def refresh(self) -> None:
+        registry = self.workspace.registry
+        infos = (registry.live_hooks() if registry is not None else []) + list(self.workspace.external_hooks)
+        count = self.count
+        shown = (id(registry), count, infos)
+        if shown == self._shown:
+            return  # after most runs nothing changed: rebuilding 40 rows would cost the GUI thread milliseconds
+        self._shown = shown
+        selected = self.selected()
+        keep = hook_identity(selected) if selected is not None else None
+        self.infos = infos
+        self.count_label.setText(f"{count} live hook{'' if count == 1 else 's'}")
+        self.remove_all_button.setEnabled(count > 0)
+        self.table.blockSignals(True)
+        self.table.clearContents()
+        self.table.setRowCount(len(self.infos))
+        row_to_select = -1
+        for row, info in enumerate(self.infos):
+            note = info.label if info.edit_id is not None else info.note
+            cells = (info.path or "(model)", info.kind, info.method, info.reads_or_edits, note)
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(why_text(info) if column in (KIND, METHOD) else text if column != NOTE else note)
+                self.table.setItem(row, column, item)
+            if not self.is_external(info):  # a feature's own hook: its feature removes it when its work ends
+                remove = QToolButton()
+                remove.setObjectName("closePanel")
+                remove.setText("✕")
+                remove.setToolTip("Remove this hook (an untick for a tick, the intervention for an edit)")
+                # Later, not inside the click: removing refreshes the table, and with it this button.
+                remove.clicked.connect(lambda *_, i=info: QTimer.singleShot(0, lambda: self.remove_hook(i)))
+                self.table.setCellWidget(row, REMOVE, remove)
+            if keep is not None and hook_identity(info) == keep:
+                row_to_select = row
+        self.table.blockSignals(False)
+        if row_to_select >= 0:
+            self.table.selectRow(row_to_select)
+        else:
+            self.table.clearSelection()
+        self._show_code()
+
+    def selected(self) -> HookInfo | None:
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        if not rows or not 0 <= rows[0].row() < len(self.infos):
+            return None
+        return self.infos[rows[0].row()]
+
+    def select(self, info: HookInfo) -> bool:
+        for row, candidate in enumerate(self.infos):
+            if hook_identity(candidate) == hook_identity(info):
+                self.table.selectRow(row)
+                return True
+        return False
+
+    # ---- code ---------------------------------------------------------------------------------------------
+    def _show_code(self) -> None:
+        info = self.selected()
+        registry = self.workspace.registry
+        self.copy_button.setEnabled(info is not None)
+        self.copy_all_button.setEnabled(bool(self.infos))
+        if info is None or registry is None:
+            self.code.setPlainText("")
+            self.why.setText("")
+            self.note.setVisible(False)
+            return
+        self.why.setText("" if self.is_external(info) else why_text(info))
+        try:
+            text = (
+                f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
+                "# runs it and removed when it ends."
+                if self.is_external(info)
+                else snippet_for(registry, info)
+            )
+        except Exception as error:  # noqa: BLE001  (an edit removed meanwhile: the next refresh follows)
+            text = f"# No code for this hook: {error}"
+        self.code.setPlainText(text)
+        fallback = info.method == FALLBACK
+        self.note.setText(info.note if fallback else "")
+        self.note.setVisible(fallback and bool(info.note))
+
+    def copy_snippet(self) -> str:
+        text = self.code.toPlainText()
+        if text:
+            QApplication.clipboard().setText(text)
+            self.host.show_status("Copied the hook's code.", 3000)
+        return text
+
+    def copy_script(self) -> str:
+        """The run on screen as a standalone script (``hookscope.core.teaching.script_export``), on the clipboard."""
+        space = self.workspace
+        registry, loaded = space.registry, space.loaded
+        if registry is None or loaded is None:
+            return ""
+        image = space.image.path if space.image is not None else None  # pasted pixels have no file: --image then
+        try:
+            text = standalone_script(
+                loaded, registry, image=image, target=space.target, device=space.device, what="the hook inspector"
+            )
+        except HookscopeError as error:
+            self.host.show_error(str(error), dialog=False)
+            return ""
+        QApplication.clipboard().setText(text)
+        self.host.show_status(
+            f"Copied a script that redoes this run with its {len(self.infos)} hooks "
+            "(python script.py --save captures.npz).",
+            5000,
+        )
+        return text
+
+    # ---- removing -----------------------------------------------------------------------------------------------
+    def remove_hook(self, info: HookInfo) -> None:
+        """Remove one hook through the workspace: a tick is unticked (the tree and the panels follow), an edit
+        removed."""
+        self.workspace.remove_hook(info)
+
+    def remove_all(self) -> None:
+        """Untick every module and remove every intervention: no hook is left, and one run follows."""
+        self.workspace.untick_all()
+        self.workspace.remove_all_edits()

@@ -1,0 +1,222 @@
+"""The Modules dock's contents: a filter box over the module tree, with tick columns per hook kind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, cast
+
+from PySide6.QtCore import QAbstractItemModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, Qt, Signal
+from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPen, QResizeEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLineEdit,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hookscope.ui.theme import ACCENT, MUTED
+from hookscope.ui.widgets.module_tree import (
+    KIND_COLUMNS,
+    NAME,
+    PARAMS,
+    SHAPE,
+    TYPE,
+    ModuleFilterProxy,
+    ModuleTreeModel,
+)
+
+NAME_MIN_WIDTH = 90  # the module names never narrower, however narrow the dock
+BOX = 13  # px side of a tick box
+# The box's outline: Fusion draws an unticked box in the window colour darkened, about 1.1:1 against the dark rows
+# (invisible); the muted text colour is about 6:1 against them.
+BOX_OUTLINE = QColor(MUTED)
+BOX_TICKED = QColor(ACCENT)
+
+
+def cell_of(option: QStyleOptionViewItem) -> QRect:
+    """The cell's rectangle (``option.rect``: a field PySide's type stubs leave out)."""
+    return cast(Any, option).rect
+
+
+class TickDelegate(QStyledItemDelegate):
+    """The tick columns' cells: a box drawn in the theme's colours, and a click anywhere in the cell toggles it
+    (Qt's own delegate answers only on the 13 px box)."""
+
+    def box_rect(self, cell: QRect) -> QRect:
+        return QRect(cell.center().x() - BOX // 2, cell.center().y() - BOX // 2, BOX, BOX)
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
+        plain = QStyleOptionViewItem(option)
+        self.initStyleOption(plain, index)
+        fields: Any = plain  # features, widget, rect: fields PySide's type stubs leave out
+        fields.features &= ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator  # the box is ours
+        widget = fields.widget
+        style = widget.style() if widget is not None else None
+        if style is not None:
+            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, plain, painter, widget)
+        state = index.data(Qt.ItemDataRole.CheckStateRole)
+        if state is None:
+            return
+        ticked = Qt.CheckState(state) == Qt.CheckState.Checked
+        box = self.box_rect(fields.rect)
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        if ticked:
+            painter.fillRect(box, BOX_TICKED)
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+            painter.setPen(QPen(QColor("white"), 2))
+            x, y = box.x(), box.y()
+            painter.drawPolyline([QPoint(x + 3, y + 7), QPoint(x + 5, y + 10), QPoint(x + 10, y + 3)])
+        else:
+            painter.setPen(QPen(BOX_OUTLINE, 1))
+            painter.drawRect(box.adjusted(0, 0, -1, -1))
+        painter.restore()
+
+    def editorEvent(
+        self,
+        event: QEvent,
+        model: QAbstractItemModel,
+        option: QStyleOptionViewItem,  # noqa: N802
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> bool:
+        if not index.flags() & Qt.ItemFlag.ItemIsUserCheckable:
+            return False
+        kind = event.type()
+        if kind in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonDblClick):
+            # Taken, not passed on: a double-click in a tick cell ticks twice, it never folds the branch.
+            return (
+                isinstance(event, QMouseEvent)
+                and event.button() == Qt.MouseButton.LeftButton
+                and cell_of(option).contains(event.position().toPoint())
+            )
+        if kind == QEvent.Type.MouseButtonRelease:
+            if not (
+                isinstance(event, QMouseEvent)
+                and event.button() == Qt.MouseButton.LeftButton
+                and cell_of(option).contains(event.position().toPoint())
+            ):
+                return False
+        elif kind == QEvent.Type.KeyPress:
+            if not (isinstance(event, QKeyEvent) and event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Select)):
+                return False
+        else:
+            return False
+        state = index.data(Qt.ItemDataRole.CheckStateRole)
+        ticked = state is not None and Qt.CheckState(state) == Qt.CheckState.Checked
+        return model.setData(
+            index, Qt.CheckState.Unchecked if ticked else Qt.CheckState.Checked, Qt.ItemDataRole.CheckStateRole
+        )
+
+
+class ModuleTreeView(QWidget):
+    """Filter box and tree; a right-click asks for the module's context menu (``menu_requested``)."""
+
+    menu_requested = Signal(str, QPoint)  # module path ("" for none under the mouse), global position
+
+    def __init__(self, model: ModuleTreeModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.proxy = ModuleFilterProxy(self)
+        self.proxy.setSourceModel(model)
+        self.filter_box = QLineEdit()
+        self.filter_box.setPlaceholderText("Filter modules by name or type (Ctrl+F)")
+        self.filter_box.setClearButtonEnabled(True)
+        self.filter_box.textChanged.connect(self._on_filter)
+        self.tree = QTreeView()
+        self.tree.setModel(self.proxy)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setIndentation(12)  # deep trees keep their names readable in a narrow dock
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.ticks = TickDelegate(self.tree)
+        for column in KIND_COLUMNS.values():
+            self.tree.setItemDelegateForColumn(column, self.ticks)
+        self.tree.customContextMenuRequested.connect(self._on_context_menu)
+        header = self.tree.header()
+        header.setStretchLastSection(True)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        for column, width in ((NAME, 150), (TYPE, 104), (PARAMS, 50), (SHAPE, 110)):
+            header.resizeSection(column, width)
+        # The tick columns as narrow as their titles and check boxes allow, in whatever font ("Grad in" is on two
+        # lines), so that in a 1024 px window the names keep 90 px beside all four.
+        header.setMinimumSectionSize(16)
+        check = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_IndicatorWidth, None, self.tree) + 6  # the box
+        for column in KIND_COLUMNS.values():
+            self.tree.resizeColumnToContents(column)
+            header.resizeSection(column, max(header.sectionSize(column), check))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.filter_box)
+        layout.addWidget(self.tree, 1)
+
+    def focus_filter(self) -> None:
+        self.filter_box.setFocus()
+        self.filter_box.selectAll()
+
+    def click_tick(self, path: str, kind: str, ticked: bool = True) -> bool:
+        """Tick or untick exactly as a click on the check box does (through the proxy when the row is shown)."""
+        column = KIND_COLUMNS.get(kind)
+        if column is None:
+            return False
+        source = self.model.index_of(path, column)
+        if not source.isValid():
+            return False
+        index = self.proxy.mapFromSource(source)
+        state = Qt.CheckState.Checked if ticked else Qt.CheckState.Unchecked
+        if index.isValid():
+            return self.proxy.setData(index, state, Qt.ItemDataRole.CheckStateRole)
+        return self.model.setData(source, state, Qt.ItemDataRole.CheckStateRole)
+
+    def expand_to(self, paths: Iterable[str]) -> None:
+        """Open the tree down to every path in ``paths`` and scroll the first (in tree order) into view."""
+        paths = sorted(set(paths), key=self.model.order_of)
+        self.tree.expand(self.proxy.mapFromSource(self.model.index_of("")))
+        for path in paths:
+            parts = path.split(".")
+            for n in range(1, len(parts)):
+                index = self.proxy.mapFromSource(self.model.index_of(".".join(parts[:n])))
+                if index.isValid():
+                    self.tree.expand(index)
+        self.fit_name_column()
+        if paths:
+            self.tree.scrollTo(
+                self.proxy.mapFromSource(self.model.index_of(paths[0])), QAbstractItemView.ScrollHint.PositionAtCenter
+            )
+
+    def fit_name_column(self) -> None:
+        """The name column as wide as its names, but never so wide that the tick columns leave a narrow dock."""
+        self.tree.resizeColumnToContents(NAME)
+        header = self.tree.header()
+        ticks = sum(header.sectionSize(column) for column in KIND_COLUMNS.values())
+        # The viewport less the vertical scroll bar whether it shows yet or not: expanding the tree brings the bar
+        # only after this runs, and would push the last tick column out of view.
+        bar = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self.tree)
+        width = self.tree.maximumViewportSize().width() - bar
+        room = max(NAME_MIN_WIDTH, width - ticks - 4)
+        header.resizeSection(NAME, min(max(header.sectionSize(NAME), NAME_MIN_WIDTH), 300, room))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_name_column()
+
+    def _on_filter(self, text: str) -> None:
+        self.proxy.set_text(text)
+        if text.strip():
+            self.tree.expandAll()
+        else:
+            self.tree.collapseAll()
+            registry = self.model.registry
+            self.expand_to([h.path for h in registry.handles()] if registry is not None else [])
+
+    def _on_context_menu(self, position: QPoint) -> None:
+        index = self.tree.indexAt(position)
+        node = self.model.node(self.proxy.mapToSource(index)) if index.isValid() else None
+        self.menu_requested.emit(node.path if node is not None else "\0", self.tree.viewport().mapToGlobal(position))

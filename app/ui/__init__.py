@@ -1,1 +1,0 @@
-"""The desktop window: PySide6 and pyqtgraph views on the Qt-free engine in ``app.core``."""
