@@ -67,6 +67,6 @@ if ($p.ExitCode -ne 0) { throw "self-test failed ($($p.ExitCode))" }
 Run $Py @("packaging\bundle_checks.py", "write-video", "build\check-video.avi")
 $p = Start-Process dist\hookscope\hookscope.exe -ArgumentList @("live", "--video", "build\check-video.avi", "--layers", "layer1", "--frames", "2", "--unpaced", "--bare-runs", "1") -Wait -PassThru
 if ($p.ExitCode -ne 0) { throw "video check failed ($($p.ExitCode))" }
-$env:HOOKSCOPE_VERSION = (Select-String -Path app\hookscope\__init__.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
+$env:HOOKSCOPE_VERSION = (Select-String -Path app\hookscope\_version.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
 $env:HOOKSCOPE_VARIANT = $Variant
 iscc packaging\hookscope.iss

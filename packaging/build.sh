@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
 done
 case "$VARIANT" in cpu|cuda) ;; *) die "--variant takes cpu or cuda (not '$VARIANT')" ;; esac
 
-VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' app/hookscope/__init__.py)
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' app/hookscope/_version.py)
 OS=${BUILD_OS:-$(uname -s | tr '[:upper:]' '[:lower:]')}; [ "$OS" = darwin ] && OS=macos
 ARCH=$(uname -m)
 PYTHON=${PYTHON:-python3}

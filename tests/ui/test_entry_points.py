@@ -42,7 +42,7 @@ def test_self_test_passes_and_writes_its_report(tmp_path: Path, qapp, monkeypatc
 
 
 def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, monkeypatch) -> None:
-    from hookscope.ui import hookscope as app_module
+    from hookscope.ui import app as app_module
 
     seen: dict = {}
     original = app_module.make_window
@@ -55,7 +55,9 @@ def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, m
     monkeypatch.setattr(app_module, "make_window", spy)
     out = tmp_path / "small.png"
     assert (
-        run_gui(None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False, size="1024x700", ticks="in,grad,gradin")
+        run_gui(
+            None, None, "none", "cpu", str(out), ["layer2.0.conv1"], False, size="1024x700", ticks="in,grad,grad_in"
+        )
         == 0
     )
     image = QImage(str(out))
@@ -70,10 +72,10 @@ def test_a_bad_size_or_ticks_is_one_clear_error(tmp_path: Path, qapp, size, tick
 
 
 def test_ticks_name_the_trees_columns_in_their_order() -> None:
-    """--ticks: in, act, grad (a tensor hook on the output), gradin (grad_input, a full backward hook)."""
+    """--ticks: in, act, grad (a tensor hook on the output), grad_in (grad_input, a full backward hook)."""
     from hookscope.ui.app import parse_ticks
 
-    assert parse_ticks("gradin,act") == ("forward", "grad_input")
+    assert parse_ticks("grad_in,act") == ("forward", "grad_input")
     assert parse_ticks("grad, in") == ("pre", "tensor")
-    with pytest.raises(HookscopeError, match="--ticks takes a list of in, act, grad, gradin"):
+    with pytest.raises(HookscopeError, match="--ticks takes a list of in, act, grad, grad_in"):
         parse_ticks("backward")

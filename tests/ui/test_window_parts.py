@@ -9,10 +9,9 @@ from PySide6.QtCore import QPointF, Qt
 from torch import nn
 
 from hookscope.core.engine.hooks import HookRegistry, Record
-from hookscope.core.engine.tree import NOT_RUN_REASON, module_tree, survey
+from hookscope.core.engine.tree import NOT_RUN_REASON, default_checks, module_tree, survey
 from hookscope.core.pictures.panels import PanelSettings, picture_of, prepare_pictures
 from hookscope.ui.state.image_queue import ImageQueue, push_recent
-from hookscope.ui.state.requests import default_checks
 from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
 from hookscope.ui.widgets.module_tree import ACTIVATIONS, GRAD_INPUTS, GRADIENTS, NAME, SHAPE, ModuleTreeModel
 

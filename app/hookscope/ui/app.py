@@ -20,6 +20,7 @@ from PySide6.QtCore import QEventLoop, QMessageLogContext, QTimer, QtMsgType, qI
 from PySide6.QtWidgets import QApplication
 
 from hookscope.core.common.errors import HookscopeError, ModelError
+from hookscope.core.common.vocabulary import HOOK_WORDS, kinds_of_words
 from hookscope.core.engine.devices import resolve_device
 from hookscope.core.models.catalogue import DEFAULT_MODEL, catalogue
 from hookscope.core.models.images import read_image
@@ -141,11 +142,6 @@ def _close(window: MainWindow) -> None:
     QApplication.processEvents()
 
 
-# --ticks names, in the tree's column order: In, Act, Grad (a tensor hook on the output), Grad in (grad_input, a full
-# backward hook).
-TICK_NAMES = {"in": "pre", "act": "forward", "grad": "tensor", "gradin": "grad_input"}
-
-
 def parse_size(text: str) -> tuple[int, int]:
     """``1366x768`` as (width, height); a clear error for anything else."""
     width, sep, height = text.lower().partition("x")
@@ -161,12 +157,11 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def parse_ticks(text: str) -> tuple[str, ...]:
-    """``act,in,grad,gradin`` as hook kinds, in the tree's column order."""
+    """``act,in,grad,grad_in`` (the tree's columns: ``HOOK_WORDS``) as hook kinds, in the tree's column order."""
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TICK_NAMES]
-    if unknown or not names:
-        raise HookscopeError(f"--ticks takes a list of {', '.join(TICK_NAMES)} (not '{text}').")
-    return tuple(TICK_NAMES[name] for name in TICK_NAMES if name in names)
+    if not names or any(name not in HOOK_WORDS for name in names):
+        raise HookscopeError(f"--ticks takes a list of {', '.join(HOOK_WORDS)} (not '{text}').")
+    return kinds_of_words(names)
 
 
 def take_screenshot(

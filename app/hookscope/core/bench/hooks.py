@@ -17,9 +17,9 @@ from itertools import permutations
 import torch
 from torch import nn
 
-from hookscope.core.engine.capture import capture_run
 from hookscope.core.engine.floor import bare_run, floor_hooks
 from hookscope.core.engine.hooks import HookKind, HookRegistry
+from hookscope.core.engine.pipeline import run_image
 from hookscope.core.engine.tree import survey
 
 
@@ -86,7 +86,7 @@ def benchmark(
         try:
             start = time.perf_counter()
             if which == "hooked":
-                capture_run(model, registry, x)
+                run_image(model, registry, x)
             else:
                 bare_run(model, x)
             return (time.perf_counter() - start) * 1000

@@ -30,19 +30,18 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hookscope.core.common.errors import HookscopeError, RunError
+from hookscope.core.common.vocabulary import KINDS, HookKind
 from hookscope.core.engine.interventions import EditState, Intervention, check_channels, make_edit_hook
 from hookscope.core.engine.structure import tensor_leaves
 from hookscope.core.engine.tree import ModelSurvey, ModuleRun
 
-HookKind = Literal["forward", "pre", "backward", "tensor", "grad_input"]
-KINDS: tuple[HookKind, ...] = ("forward", "pre", "backward", "tensor", "grad_input")
 # The kinds that record the gradient of a module's output (what Grad-CAM and the "no gradient" list are about), and
 # every kind that records a gradient (drawn as |grad|).
 OUTPUT_GRADIENT_KINDS: tuple[HookKind, ...] = ("tensor", "backward")

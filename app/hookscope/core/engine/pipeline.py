@@ -13,13 +13,15 @@ from collections.abc import Callable, Mapping
 
 import torch
 from PIL import Image
+from torch import nn
 
 from hookscope.core.engine.capture import RunResult, Target, capture_run
 from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.interventions import other_images
-from hookscope.core.engine.objectives import with_reference
+from hookscope.core.engine.objectives import parse_target, with_reference
 from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.files import ArchitectureRequired, TrustRequired
+from hookscope.core.models.held import held_model
 from hookscope.core.models.images import read_image
 from hookscope.core.models.source import ModelSource, open_model
 
@@ -42,7 +44,7 @@ def model_input(loaded: LoadedModel, image: Image.Image | str | os.PathLike) -> 
 
 
 def run_image(
-    loaded: LoadedModel,
+    loaded: LoadedModel | nn.Module,
     registry: HookRegistry,
     image: Image.Image | torch.Tensor | str | os.PathLike,
     *,
@@ -52,21 +54,30 @@ def run_image(
     baseline: bool = False,
     cancelled: Callable[[], bool] | None = None,
 ) -> RunResult:
-    """Run one image through ``loaded.module`` forward and backward, recording through ``registry``'s hooks.
+    """Run one image through ``loaded.module`` forward and backward, recording through ``registry``'s hooks: the one
+    place that runs an image (``hookscope.capture``, the window, ``export``, ``live``, batches and lessons all come
+    here; nothing else calls ``capture_run``).
 
-    ``image`` is a file (read and preprocessed), a picture (preprocessed) or a tensor already preprocessed. The
-    predictions are named by ``loaded.categories``. ``others`` are the mix edits' other images
-    (:func:`other_images`); ``baseline`` also scores the image with every edit off (see ``capture_run``).
-    Failures raise ``ImageError`` (``path``), ``DeviceError`` or ``RunError`` (``edit_spec`` and ``module_path``
-    when an edit made the run fail).
+    ``loaded`` is an opened model, or a plain module (then the predictions have no names and a file or picture is
+    preprocessed as ``held_model`` guesses). ``image`` is a file (read and preprocessed), a picture (preprocessed) or a tensor already preprocessed, fed as
+    it is. The predictions are named by ``loaded.categories``. A ``similar:``/``text:`` target gets the embedding
+    it compares with here (once: a target that has it already is used as it is). ``others`` are the mix edits'
+    other images (:func:`other_images`); ``baseline`` also scores the image with every edit off (see
+    ``capture_run``). Failures raise ``ImageError`` (``path``), ``DeviceError`` or ``RunError`` (``edit_spec``
+    and ``module_path`` when an edit made the run fail).
     """
+    if not isinstance(loaded, LoadedModel):  # a plain module (the lessons, the benchmarks): nothing to look up
+        if isinstance(image, torch.Tensor) and not parse_target(target).needs_reference:
+            return capture_run(loaded, registry, image, device=device, target=target, cancelled=cancelled,
+                               others=others, baseline=baseline)  # fmt: skip
+        loaded = held_model(loaded)
     x = image if isinstance(image, torch.Tensor) else model_input(loaded, image)
     return capture_run(
         loaded.module,
         registry,
         x,
         device=device,
-        target=with_reference(target, loaded),  # similar:/text: compare with an embedding, made once here
+        target=with_reference(target, loaded),
         categories=loaded.categories,
         cancelled=cancelled,
         others=others,

@@ -171,3 +171,27 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
             leaf_autograd=autograd[path],
         )
     return result
+
+
+# What the app ticks on a first start, so the first screen already shows feature maps and gradients.
+DEFAULT_CHECKS: dict[str, tuple[str, ...]] = {
+    "resnet18": ("layer1.0.conv1", "layer4.1.conv2"),
+    "resnet50": ("layer1.0.conv2", "layer4.2.conv3"),
+    "vit_b_16": ("encoder.layers.encoder_layer_3", "encoder.layers.encoder_layer_11"),
+}
+
+
+def default_checks(model_name: str, nodes: list[ModuleInfo]) -> list[str]:
+    """Two telling layers of any model: an early and a late one (convolutions, else transformer blocks)."""
+    paths = {n.path for n in nodes}
+    known = DEFAULT_CHECKS.get(model_name)
+    if known and all(p in paths for p in known):
+        return list(known)
+    convs = [n.path for n in nodes if n.type_name == "Conv2d"]
+    if len(convs) >= 4:
+        return [convs[max(1, len(convs) // 8)], convs[-1]]
+    blocks = [n.path for n in nodes if n.type_name.endswith(("Block", "Layer")) and n.depth >= 2]
+    if len(blocks) >= 2:
+        return [blocks[len(blocks) // 4], blocks[-1]]
+    leaves = [n.path for n in nodes if not n.children and n.params > 0]
+    return leaves[:1] + leaves[-1:] if len(leaves) >= 2 else leaves

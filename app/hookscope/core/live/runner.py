@@ -26,11 +26,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from hookscope.core.engine.capture import RunResult, Target, capture_run
+from hookscope.core.engine.capture import RunResult, Target
 from hookscope.core.engine.devices import resolve_device
 from hookscope.core.engine.floor import bare_run
 from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.objectives import with_reference
+from hookscope.core.engine.pipeline import run_image
 from hookscope.core.live.video import Frame, LatestFrame, VideoError, VideoRecorder, VideoSource
 from hookscope.core.models.catalogue import LoadedModel
 from hookscope.system.termination import Terminated
@@ -339,8 +340,7 @@ def live_run(
         registry = HookRegistry(model)
         register(registry)
         report.hooks = len(registry.handles())
-        capture_run(model, registry, frame_input(loaded, first), device=device, target=target,
-                    categories=loaded.categories)  # fmt: skip
+        run_image(loaded, registry, frame_input(loaded, first), device=device, target=target)
         if on_start is not None:  # the model is measured and the hooks are on: the timed part begins
             on_start()
         stream = LatestFrame(source, paced=paced, lossless=not paced, loop=loop)
@@ -355,8 +355,7 @@ def live_run(
             if frame is None:
                 report.ended_by = "end"
                 break
-            result = capture_run(model, registry, frame_input(loaded, frame), device=device, target=target,
-                                 categories=loaded.categories)  # fmt: skip
+            result = run_image(loaded, registry, frame_input(loaded, frame), device=device, target=target)
             report.hooked_ms.append(result.timings["forward_ms"] + result.timings["backward_ms"])
             report.frames += 1
             if on_result is not None:

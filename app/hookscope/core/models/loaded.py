@@ -16,7 +16,8 @@ TIMM_PREFIX = "timm/"  # catalogue names of timm models: "timm/resnet50"
 
 
 # Where a model came from, in LoadedModel.source.
-SOURCES = ("catalogue", "timm", "state_dict", "pickle", "python", "hub")  # "hub": hf:ORG/NAME (hub_models)
+SOURCES = ("catalogue", "timm", "state_dict", "pickle", "python", "hub", "object")
+# "hub": hf:ORG/NAME (hub_models); "object": a model the caller holds in Python (hookscope.capture, hookscope.Viewer)
 
 
 HF_PREFIX = "hf:"  # models from the Hugging Face Hub by name: "hf:google/vit-base-patch16-224"
@@ -68,6 +69,8 @@ class LoadedModel:
             return f"File: {Path(self.weights).name}"
         if self.source == "state_dict":
             return f"File: {Path(self.model_file or self.weights).name}"
+        if self.source == "object":
+            return "Your model object, as you hold it"
         if self.weights not in ("", "none", "default"):  # a pickled model, or a weights file loaded into the model
             return f"File: {Path(self.weights).name}"
         return f"Built by {self.name} (seed {self.seed})"

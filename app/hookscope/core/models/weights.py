@@ -228,7 +228,7 @@ def _stream(
     timeout: float,
     floor: _RateFloor,
 ) -> tuple[hashlib._Hash, int, int | None]:
-    from hookscope import __version__
+    from hookscope._version import __version__
 
     request = urllib.request.Request(url, headers={"User-Agent": f"hookscope/{__version__}"})
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookscope.core.common.errors import HookscopeError, ImageError
+from hookscope.core.common.vocabulary import KINDS
 from hookscope.core.models.files import file_sha256
 
 if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
@@ -38,13 +39,7 @@ if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
 SESSION_VERSION = 1
 SESSION_FORMAT = "hookscope-session"
 SESSION_SUFFIX = ".hookscope.json"
-KNOWN_KINDS = (
-    "forward",
-    "pre",
-    "backward",
-    "tensor",
-    "grad_input",
-)  # hookscope.core.engine.hooks.KINDS, without importing torch
+KNOWN_KINDS = KINDS
 KNOWN_SCALINGS = ("channel", "shared")
 
 

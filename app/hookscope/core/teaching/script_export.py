@@ -168,7 +168,7 @@ class _Writer:
 
     # ---- the docstring ------------------------------------------------------------------------------------------
     def _header(self) -> str:
-        from hookscope import __version__
+        from hookscope._version import __version__
 
         counts: dict[str, int] = {}
         for hook in self.hooks:

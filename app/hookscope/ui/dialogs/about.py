@@ -9,7 +9,7 @@ from PySide6 import __version__ as pyside_version
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from hookscope import __version__
+from hookscope._version import __version__
 from hookscope.core.common.resources import resource
 from hookscope.ui.dialogs.licenses import show_licenses
 

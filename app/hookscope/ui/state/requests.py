@@ -16,10 +16,10 @@ from types import MappingProxyType
 import numpy as np
 from PIL import Image
 
-from hookscope.core.engine.capture import RunCancelled, RunResult, capture_run
+from hookscope.core.engine.capture import RunCancelled, RunResult
 from hookscope.core.engine.hooks import HookRegistry, Record
 from hookscope.core.engine.objectives import with_reference
-from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.engine.pipeline import ModelSource, open_model, run_image
 from hookscope.core.engine.tree import ModuleInfo, module_tree
 from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.images import read_image
@@ -27,29 +27,6 @@ from hookscope.core.pictures.ab import Comparison, compare_runs
 from hookscope.core.pictures.display import saliency_map
 from hookscope.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
 from hookscope.ui.state.rendering import with_rendering
-
-# What the app ticks on a first start, so the first screen already shows feature maps and gradients.
-DEFAULT_CHECKS: dict[str, tuple[str, ...]] = {
-    "resnet18": ("layer1.0.conv1", "layer4.1.conv2"),
-    "resnet50": ("layer1.0.conv2", "layer4.2.conv3"),
-    "vit_b_16": ("encoder.layers.encoder_layer_3", "encoder.layers.encoder_layer_11"),
-}
-
-
-def default_checks(model_name: str, nodes: list[ModuleInfo]) -> list[str]:
-    """Two telling layers of any model: an early and a late one (convolutions, else transformer blocks)."""
-    paths = {n.path for n in nodes}
-    known = DEFAULT_CHECKS.get(model_name)
-    if known and all(p in paths for p in known):
-        return list(known)
-    convs = [n.path for n in nodes if n.type_name == "Conv2d"]
-    if len(convs) >= 4:
-        return [convs[max(1, len(convs) // 8)], convs[-1]]
-    blocks = [n.path for n in nodes if n.type_name.endswith(("Block", "Layer")) and n.depth >= 2]
-    if len(blocks) >= 2:
-        return [blocks[len(blocks) // 4], blocks[-1]]
-    leaves = [n.path for n in nodes if not n.children and n.params > 0]
-    return leaves[:1] + leaves[-1:] if len(leaves) >= 2 else leaves
 
 
 @dataclass(frozen=True)
@@ -207,13 +184,12 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     if cancelled():
         raise RunCancelled()
     target = with_reference(request.target, request.loaded)  # similar:/text: the embedding compared with, once
-    result = capture_run(
-        request.loaded.module,
+    result = run_image(
+        request.loaded,
         request.registry,
         x,
         device=request.device,
         target=target,
-        categories=request.loaded.categories,
         cancelled=cancelled,
         others=others or None,
         baseline=request.baseline,
@@ -223,15 +199,14 @@ def execute_run(request: RunRequest, cancelled: Callable[[], bool]) -> RunOutcom
     result_b = None
     if pixels_b is not None:
         # The same hooks and edits; gradients of A's target class, so that A's and B's gradients compare.
-        result_b = capture_run(
-            request.loaded.module,
+        result_b = run_image(
+            request.loaded,
             request.registry,
             preprocess.to_tensor(pixels_b),
             device=request.device,
             # A's class (a segmentation model's over B's own pixels of it); a detector's box:N as it is (N is no
             # class), a similarity with its reference.
             target=result.target_index if result.target_index is not None and result.task != "detection" else target,
-            categories=request.loaded.categories,
             cancelled=cancelled,
             others=others or None,
             baseline=request.baseline,

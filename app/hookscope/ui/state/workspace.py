@@ -28,7 +28,7 @@ from hookscope.core.engine.devices import available_devices
 from hookscope.core.engine.hooks import GRADIENT_KINDS, HookInfo, HookKind, HookRegistry
 from hookscope.core.engine.interventions import Intervention
 from hookscope.core.engine.objectives import parse_target
-from hookscope.core.engine.tree import NOT_RUN_REASON, ModuleInfo, module_tree
+from hookscope.core.engine.tree import NOT_RUN_REASON, ModuleInfo, default_checks, module_tree
 from hookscope.core.models.catalogue import DEFAULT_MODEL, LoadedModel
 from hookscope.core.models.images import Preprocess
 from hookscope.core.pictures.panels import PanelSettings
@@ -41,7 +41,6 @@ from hookscope.ui.state.requests import (
     PictureRequest,
     RunOutcome,
     RunRequest,
-    default_checks,
     execute_load,
     execute_pictures,
 )

@@ -19,9 +19,10 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.engine.capture import RunResult, _objective, capture_run
+from hookscope.core.engine.capture import RunResult, _objective
 from hookscope.core.engine.hooks import HookInfo, HookKind, HookRegistry
 from hookscope.core.engine.interventions import Intervention
+from hookscope.core.engine.pipeline import run_image
 from hookscope.core.engine.tree import survey
 from hookscope.core.teaching.lessons.networks import (
     SMALL_CODE,
@@ -239,15 +240,15 @@ def record_of(result: RunResult, path: str, kind: str) -> torch.Tensor:
 
 
 def input_grad(result: RunResult) -> torch.Tensor:
-    """The gradient at the image of a run (``capture_run`` always takes one; an error says so if it did not)."""
+    """The gradient at the image of a run (``run_image`` always takes one; an error says so if it did not)."""
     if result.input_grad is None:
         raise HookscopeError("The run kept no gradient at the image.")
     return result.input_grad
 
 
 def run_capture(setting: Setting, registry: HookRegistry, x: torch.Tensor | None = None, **options: Any) -> RunResult:
-    """Forward, the top-1 logit, backward to the image: Hookscope's own run (``capture_run``)."""
-    return capture_run(setting.model, registry, setting.x if x is None else x, device=setting.device, **options)
+    """Forward, the top-1 logit, backward to the image: Hookscope's own run (``run_image``, as every run)."""
+    return run_image(setting.model, registry, setting.x if x is None else x, device=setting.device, **options)
 
 
 def forward_backward(setting: Setting) -> tuple[object, int | None]:
