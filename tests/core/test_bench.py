@@ -43,3 +43,20 @@ def test_benchmark_times_bare_floor_and_hookscope_in_every_round():
     assert min(result.bare_ms + result.floor_ms + result.hooked_ms) > 0
     assert result.ratio > 0 and result.floor_ratio > 0 and result.above_floor > 0
     assert all(not module._forward_hooks and not module._backward_hooks for module in model.modules())
+
+
+def test_bench_capture_prints_the_ratio_of_hookscope_capture_to_its_floor():
+    """``hookscope bench --capture``: hookscope.capture with act and grad on every module against the plain PyTorch
+    a script writes for the same records, both registering and removing their hooks in each call."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hookscope", "bench", "--capture", "--model", "resnet18", "--size", "32", "--repeat", "2"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("resnet18 32x32 on cpu, every module (67) with act and grad: hookscope.capture ")
+    assert "(medians of 2 interleaved rounds); capture / floor = " in line
+    assert float(line.rsplit("= ", 1)[1]) > 0

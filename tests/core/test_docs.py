@@ -309,6 +309,13 @@ def test_the_guide_builds_strict_with_the_reference_and_the_screenshots(tmp_path
     for image in (ROOT / "resources" / "screenshots").glob("*.png"):
         assert (tmp_path / "site" / "screenshots" / image.name).read_bytes() == image.read_bytes()
     assert (tmp_path / "site" / "index.html").is_file()
+    # The Python API reference, rendered from the docstrings by mkdocstrings, and the page's picture.
+    api = (tmp_path / "site" / "reference" / "api.html").read_text()
+    for name in ("hookscope.capture", "hookscope.Capture", "hookscope.Viewer", "hookscope.run"):
+        assert f'id="{name}"' in api, name
+    assert ":class:" not in api  # the docstrings' Sphinx roles show as code (docs/hooks/griffe_roles.py)
+    for image in (DOCS / "images").glob("*.png"):
+        assert (tmp_path / "site" / "images" / image.name).read_bytes() == image.read_bytes()
 
 
 def test_a_broken_link_or_a_missing_image_fails_the_strict_build(tmp_path):
@@ -330,3 +337,33 @@ def test_the_windows_help_names_every_subcommand():
     text = guide.command_parsers()[""].format_help()
     for name in SUBCOMMANDS:
         assert re.search(rf"\b{name}\b", text.split("Headless subcommands:")[1]), name
+
+
+# --- the Python API -----------------------------------------------------------------------------------------------
+
+
+def test_every_python_block_in_readme_and_the_guide_is_valid_python():
+    import ast
+
+    blocks = [
+        (path, block) for path in [README, *sorted(DOCS.rglob("*.md"))] for block in _code_blocks(path, ("python",))
+    ]
+    assert len(blocks) >= 5
+    for path, block in blocks:
+        try:
+            ast.parse(block)
+        except SyntaxError as error:
+            pytest.fail(f"{path.name}: {error}\n{block}")
+
+
+def test_the_api_reference_documents_every_public_name():
+    """docs/reference/api.md renders each name of ``hookscope.__all__`` (mkdocstrings reads it from the source): a
+    name added to the package and not to the page fails here."""
+    import hookscope
+
+    page = (DOCS / "reference" / "api.md").read_text()
+    documented = set(re.findall(r"^::: hookscope\.(\w+)$", page, flags=re.MULTILINE))
+    assert documented == set(hookscope.__all__) - {"__version__"}
+    guide_page = (DOCS / "python-api.md").read_text()
+    for name in ("capture", "Capture", "Viewer", "run", "HookscopeError", "Preprocess"):
+        assert f"hookscope.{name}" in guide_page or f"`{name}`" in guide_page, name

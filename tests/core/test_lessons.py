@@ -300,7 +300,7 @@ def test_a_lesson_that_raises_still_removes_its_hooks(resnet18, x, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("the device fell over")
 
-    monkeypatch.setattr(lesson_base, "capture_run", broken)
+    monkeypatch.setattr(lesson_base, "run_image", broken)
     result = lesson("backward-grad-input").run(resnet18, x)  # its reading hook and edit are on when the run breaks
     assert not result.ok and result.error == "RuntimeError: the device fell over"
     assert result.summary == "error: RuntimeError: the device fell over"

@@ -289,3 +289,21 @@ def test_installing_adds_one_import_name_and_leaves_a_users_app_alone(tmp_path) 
 
     top = distribution("hookscope").read_text("top_level.txt")
     assert top is not None and top.split() == ["hookscope"]
+
+
+def test_a_second_capture_runs_the_model_once_and_a_changed_model_is_surveyed_anew() -> None:
+    """The first capture of a model surveys it (one more forward pass); later ones reuse the survey while the
+    model's modules are the same, and survey again when one was replaced."""
+    model = TinyNet().eval()
+    calls: list[int] = []
+    model.fc.register_forward_hook(lambda m, i, o: calls.append(1))
+    x = torch.rand(3, 8, 8)
+    first = hookscope.capture(model, x, hooks=["conv"])
+    assert len(calls) == 2  # the survey and the run
+    second = hookscope.capture(model, x, hooks=["conv"])
+    assert len(calls) == 3 and torch.equal(first.activations["conv"], second.activations["conv"])
+    model.relu = nn.ReLU()  # not in place any more: the survey must say so
+    hookscope.capture(model, x, hooks=["bn"])
+    assert len(calls) == 5
+    hookscope.capture(model, torch.rand(3, 10, 10), hooks=["bn"])  # another input shape: surveyed again
+    assert len(calls) == 7

@@ -44,7 +44,7 @@ def test_runs_and_exclusive_tasks_run_on_the_one_kept_model_thread(workspace, qt
 
 
 def test_importing_the_app_sets_libgomps_spin_before_torch_and_keeps_the_users() -> None:
-    code = "import os, app, torch; print(os.environ['GOMP_SPINCOUNT'])"
+    code = "import os, hookscope, torch; print(os.environ['GOMP_SPINCOUNT'])"
     env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     ours = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert ours.stdout.strip() == "30000"

@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-
 from hookscope.cli.common import add_model_options, comma_list, kinds_argument, select_layers
 
 
@@ -41,11 +39,19 @@ def build_bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=int, default=16, metavar="N", help="with --scan: images per batch (default: 16)"
     )
+    parser.add_argument(
+        "--capture",
+        action="store_true",
+        help="hookscope.capture (Python) with act and grad on every module against the plain PyTorch a script writes "
+        "for the same records, hooks registered and removed in each call",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.capture:
+        return run_bench_capture(args)
     if args.scan:
         return run_bench_scan(args)
     if args.batch:
@@ -73,6 +79,8 @@ def run_bench_batch(args: argparse.Namespace) -> int:
     """bench --batch: export --images throughput against bare inference and a plain-script floor over the same
     files, in one process."""
     from statistics import median
+
+    import torch
 
     from hookscope.core.bench.batch import batch_benchmark
 
@@ -120,4 +128,17 @@ def run_bench_scan(args: argparse.Namespace) -> int:
                             note=lambda text: print(f"hookscope: {text}", file=sys.stderr))  # fmt: skip
     for line in report(result):
         print(line)
+    return 0
+
+
+def run_bench_capture(args: argparse.Namespace) -> int:
+    """--capture: ``hookscope.capture`` on every module (act and grad) against its plain-PyTorch floor."""
+    from hookscope.core.bench.capture import capture_benchmark, report
+    from hookscope.core.engine.pipeline import ModelSource, open_model
+
+    weights = "none" if args.weights == "default" else args.weights
+    loaded = open_model(ModelSource(name=args.model, weights=weights, seed=args.seed))
+    modules = sum(1 for path, _ in loaded.module.named_modules() if path)
+    times = capture_benchmark(loaded.module, args.size, args.repeat)
+    print(report(times, f"{args.model} {args.size}x{args.size} on cpu, every module ({modules}) with act and grad"))
     return 0

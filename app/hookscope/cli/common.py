@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookscope.cli.progress import HubDownloadBar
 from hookscope.core.common.errors import HookscopeError, write_problem
-from hookscope.core.engine.hooks import KINDS
+from hookscope.core.common.vocabulary import HOOK_WORDS, KINDS
 from hookscope.system.termination import sigterm_raises
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def target_argument(text: str) -> str | int:
     """``top1``, a class index (as an int), or another of ``--target``'s forms (as its text: checked against the
     model when it runs)."""
     from hookscope.core.common.errors import RunError
-    from hookscope.core.engine.objectives import FORMS, parse_target
+    from hookscope.core.engine.target_words import FORMS, parse_target
 
     if text == "top1":
         return text
@@ -65,11 +65,15 @@ def target_argument(text: str) -> str | int:
 
 
 def kinds_argument(text: str) -> list[str]:
-    kinds = comma_list(text)
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds:
-        raise argparse.ArgumentTypeError(f"hook kinds are {', '.join(KINDS)}; got '{text}'")
-    return kinds
+    """--hooks: the tree's words (``act,grad``: ``HOOK_WORDS``) or the engine's kinds (``forward,tensor``), as
+    kinds, in the order given."""
+    words = comma_list(text)
+    unknown = [w for w in words if w not in HOOK_WORDS and w not in KINDS]
+    if unknown or not words:
+        raise argparse.ArgumentTypeError(
+            f"hook kinds are {', '.join(HOOK_WORDS)} (or {', '.join(KINDS)}); got '{text}'"
+        )
+    return list(dict.fromkeys(HOOK_WORDS.get(w, w) for w in words))
 
 
 def _whole_number(text: str, least: int, refusal: str) -> int:

@@ -3,6 +3,10 @@ function in a module of its own (``COMMANDS``).
 
 Every error a user can cause ends in one readable line on stderr and a non-zero exit; ``--debug`` shows the
 traceback instead.
+
+Building the parsers imports no torch, no Qt and no engine module that needs them: ``hookscope --help`` and
+``hookscope SUBCOMMAND --help`` answer in a fraction of a second. Each command imports what it runs when it runs
+(tests/core/test_cli_help.py checks it; ``python -m hookscope.core.bench.startup`` times it).
 """
 
 from __future__ import annotations
@@ -11,9 +15,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Windows otherwise)
-
-from hookscope import __version__
+from hookscope._version import __version__
 from hookscope.cli.bench import build_bench_parser, run_bench
 from hookscope.cli.common import add_model_options, comma_list, readable_error
 from hookscope.cli.download import build_download_parser, run_download
@@ -70,7 +72,9 @@ def build_window_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check", type=comma_list, metavar="PATH,PATH", help="modules to tick (in the --ticks columns)"
     )
-    parser.add_argument("--ticks", metavar="in,act,grad,gradin", help="which columns --check ticks (default: act,grad)")
+    parser.add_argument(
+        "--ticks", metavar="in,act,grad,grad_in", help="which columns --check ticks (default: act,grad)"
+    )
     parser.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1366x768 (for --screenshot too)")
     parser.add_argument("--self-test", action="store_true", help="run the app offscreen end to end and report")
     parser.add_argument(
@@ -157,6 +161,8 @@ def run_window(args: argparse.Namespace) -> int:
     from hookscope.system.startup import report_startup_error
 
     try:
+        import torch  # noqa: F401  (torch before any Qt import: a known DLL clash on Windows otherwise)
+
         from hookscope.ui.app import run_gui
     except (ImportError, OSError) as error:  # Qt (or a system library it needs) did not load: no window to say so
         import traceback

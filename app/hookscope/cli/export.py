@@ -366,6 +366,8 @@ def run_export_video(args: argparse.Namespace) -> int:
     """export --video FILE --frames A:B: one folder per frame (OUT/frame-000012), as ``export --image`` writes."""
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.engine.hooks import HookRegistry
+    from hookscope.core.engine.objectives import with_reference
+    from hookscope.core.engine.pipeline import run_image
     from hookscope.core.live.runner import frame_input
     from hookscope.core.live.video import open_video
     from hookscope.core.outputs.export import write_run
@@ -389,17 +391,15 @@ def run_export_video(args: argparse.Namespace) -> int:
     written = 0
     with source, HookRegistry(loaded.module) as registry:
         others = register_for_cli(registry, args, loaded.preprocess)
+        target = with_reference(args.target, loaded)  # similar:/text: the embedding compared with, made once
         source.skip_to(start)
         while stop is None or source.frames_read < stop:
             frame = source.read()  # raises for a truncated file, after the frames it holds were written
             if frame is None:
                 break
             folder = out / f"frame-{frame.index:0{width}d}"
-            from hookscope.core.engine.capture import capture_run
-
-            result = capture_run(loaded.module, registry, frame_input(loaded, frame), device=args.device,
-                                 target=args.target, categories=loaded.categories, others=others,
-                                 baseline=bool(args.edit))  # fmt: skip
+            result = run_image(loaded, registry, frame_input(loaded, frame), device=args.device, target=target,
+                               others=others, baseline=bool(args.edit))  # fmt: skip
             extra = {"video": {"file": str(args.video), "frame": frame.index, "time_s": round(frame.time_s, 6)}}
             manifest = write_run(result, loaded, folder, image=f"{args.video}#frame={frame.index}",
                                  kinds=tuple(args.hooks), png=not args.no_png, edits=args.edit or (),

@@ -12,6 +12,7 @@ from pathlib import Path
 from hookscope.cli.common import add_model_file_options, add_model_options, load_for_cli
 from hookscope.cli.progress import ProgressLine, stop_on_signals
 from hookscope.core.common.errors import HookscopeError
+from hookscope.core.teaching.lesson_ids import LESSON_IDS
 from hookscope.system.termination import sigterm_raises
 
 
@@ -112,11 +113,9 @@ def run_visualize(args: argparse.Namespace) -> int:
 
 
 def build_lessons_parser() -> argparse.ArgumentParser:
-    from hookscope.core.teaching.lessons import LESSONS
-
     parser = argparse.ArgumentParser(
         prog="hookscope lessons",
-        description=f"The four hooks in {len(LESSONS)} lessons (as in the window's Help > Learn the hooks): list "
+        description=f"The four hooks in {len(LESSON_IDS)} lessons (as in the window's Help > Learn the hooks): list "
         "the lessons, or run every one on a model with real hooks and check that it reproduces its claim "
         "(--run-all; exit 0 when every lesson does, 1 otherwise).",
     )

@@ -94,6 +94,12 @@ def application(offscreen: bool = False) -> QApplication:
     return existing
 
 
+def viewer_application() -> QApplication:
+    """The QApplication for a window made from Python (``hookscope.Viewer``): offscreen where there is no display
+    (a notebook on a server: its ``capture()`` and ``screenshot()`` still work)."""
+    return application(offscreen=_no_display())
+
+
 def _check_model(model: str | None) -> str:
     name = model or DEFAULT_MODEL
     if name not in catalogue(include_timm=True):  # timm's models too, when timm is installed

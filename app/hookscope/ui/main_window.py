@@ -53,7 +53,7 @@ from hookscope.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenu
 from hookscope.ui.state.image_queue import push_recent
 from hookscope.ui.state.requests import ImageSource, LoadOutcome, RunOutcome
 from hookscope.ui.state.settings import app_settings, read_list
-from hookscope.ui.state.workspace import CHECK_KINDS, Workspace
+from hookscope.ui.state.workspace import CHECK_KINDS, HeldStart, Workspace
 from hookscope.ui.theme import configure_pyqtgraph
 from hookscope.ui.widgets.channel_view import ChannelView
 from hookscope.ui.widgets.detection_overlay import boxes_of
@@ -96,6 +96,7 @@ class MainWindow(QMainWindow):
 
     run_finished = Signal()
     error_shown = Signal(str)
+    closed = Signal()  # the window closed: its work stopped (or was left to end by itself) and its hooks are gone
 
     def __init__(
         self,
@@ -107,7 +108,10 @@ class MainWindow(QMainWindow):
         remember: bool = True,
         parent: QWidget | None = None,
         check_kinds: tuple[str, ...] = CHECK_KINDS,
+        held: HeldStart | None = None,
     ) -> None:
+        """``held``: a model the caller holds in Python (``hookscope.Viewer``), its first image, ticks and image
+        list, shown instead of the catalogue's ``model`` and ``image``."""
         super().__init__(parent)
         configure_pyqtgraph()
         self.setWindowTitle("Hookscope")
@@ -140,7 +144,10 @@ class MainWindow(QMainWindow):
         self.resize(1560, 980)
         self._layout_restored = remember and self._restore_layout()
         self._fit_into_screen()
-        space.start(model, image)
+        if held is not None:
+            space.start_held(held)
+        else:
+            space.start(model, image)
 
     # ============================================================================================ building ====
     def _build_views(self) -> None:
@@ -618,7 +625,8 @@ class MainWindow(QMainWindow):
         space = self.workspace
         parts = []
         if space.loaded is not None:
-            parts.append(space.loaded.name + ("" if space.loaded.pretrained else " (untrained)"))
+            trained = space.loaded.pretrained or space.loaded.source == "object"  # the caller's own: as they hold it
+            parts.append(space.loaded.name + ("" if trained else " (untrained)"))
         if space.image is not None:
             parts.append(space.image.name)
         self.setWindowTitle(" — ".join([*parts, "Hookscope"]))
@@ -791,3 +799,4 @@ class MainWindow(QMainWindow):
             settings = app_settings()
             settings.setValue("window/geometry", self.saveGeometry())
             settings.setValue("window/state", self.saveState(STATE_VERSION))
+        self.closed.emit()

@@ -40,6 +40,9 @@ class RunCancelled(Exception):
 
 @dataclass(frozen=True)
 class Prediction:
+    """One class of a run's top 5: its ``index``, its ``label`` (the class name, or "class N" when the model's
+    classes are not named) and its softmax ``probability``."""
+
     index: int
     label: str
     probability: float

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -70,6 +70,7 @@ class HookInfo:
     reads_or_edits: str = "reads"  # "edits" for an intervention (a hook that returns a value)
     edit_id: int | None = None  # the id ``add_edit`` returned, for edits
     label: str = ""  # an edit's description in words
+    yours: bool = False  # a hook the model's owner put on it, not Hookscope (``callers_hooks``): listed, never removed
 
 
 class Record:
@@ -291,6 +292,13 @@ class HookRegistry:
         with self._lock:
             edits = sorted((e for e in self._edits.values() if e.handles), key=lambda e: e.order)
             return [e.info for e in edits] + [live.info for live in self._live.values()]
+
+    def handle_ids(self) -> set[int]:
+        """The ids of the handles this registry holds (a module's hook dicts are keyed by them)."""
+        with self._lock:
+            handles = [h for live in self._live.values() for h in live.handles]
+            handles += [h for entry in self._edits.values() for h in entry.handles]
+            return {handle.id for handle in handles}
 
     def handle_count(self) -> int:
         """How many handles this registry holds on the model right now."""
@@ -713,6 +721,44 @@ class HookRegistry:
 
     def new_recorder(self) -> Recorder:
         return Recorder()
+
+
+# A module's hook dicts, the PyTorch method that fills each, and the kind a hook in it is listed as.
+HOOK_DICTS: dict[str, tuple[str, HookKind]] = {
+    "_forward_pre_hooks": (PRE, "pre"),
+    "_forward_hooks": (FORWARD, "forward"),
+    "_backward_pre_hooks": ("register_full_backward_pre_hook", "backward"),
+    "_backward_hooks": (FULL_BACKWARD, "backward"),
+}
+
+
+def is_hookscopes(function: object) -> bool:
+    """Whether a hook function is defined in Hookscope's code: hooks Hookscope registers outside a registry (a
+    feature's, a lesson's, a run's survey) while they live."""
+    function = getattr(function, "func", function)  # functools.partial
+    return str(getattr(function, "__module__", "") or "").split(".")[0] == "hookscope"
+
+
+def callers_hooks(model: nn.Module, ours: Collection[int] = ()) -> list[HookInfo]:
+    """The hooks on ``model``'s modules that Hookscope did not register: the model's owner's own (``yours``), found
+    in each module's ``_forward_pre_hooks``, ``_forward_hooks``, ``_backward_pre_hooks`` and ``_backward_hooks``,
+    leaving out the handle ids in ``ours`` (``HookRegistry.handle_ids``) and hooks whose function is Hookscope's.
+    Nothing is changed: Hookscope lists them and leaves them where they are."""
+    ours = set(ours)
+    found = []
+    for path, module in model.named_modules():
+        for attribute, (method, kind) in HOOK_DICTS.items():
+            hooks = getattr(module, attribute, None)
+            if not hooks:
+                continue
+            for handle_id, function in list(hooks.items()):  # one C call: a worker may add or remove meanwhile
+                if handle_id in ours or is_hookscopes(function):
+                    continue
+                if attribute == "_backward_hooks" and not getattr(module, "_is_full_backward_hook", True):
+                    method = "register_backward_hook"
+                name = getattr(getattr(function, "func", function), "__qualname__", type(function).__name__)
+                found.append(HookInfo(path, kind, method, f"not Hookscope's: yours ({name})", "?", yours=True))
+    return found
 
 
 def full_backward_obstacle(run: ModuleRun) -> str:

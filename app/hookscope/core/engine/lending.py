@@ -4,6 +4,7 @@ the registry that added them (``HookRegistry.clear``), which never touches the c
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,10 +22,13 @@ class LentModel:
     devices: list[tuple[nn.Module, str, bool, torch.device]]  # (module, name, is a parameter, device)
 
     @classmethod
-    def of(cls, model: nn.Module) -> LentModel:
-        training = [(module, module.training) for module in model.modules()]
-        devices = []
-        for module in model.modules():
+    def of(cls, model: nn.Module, devices_too: bool = True) -> LentModel:
+        """What to give back; ``devices_too=False`` when nothing will move the model (a run on the device it is on):
+        then only the training modes are kept, which is all a run there changes."""
+        modules = list(model.modules())
+        training = [(module, module.training) for module in modules]
+        devices: list[tuple[nn.Module, str, bool, torch.device]] = []
+        for module in modules if devices_too else ():
             for name, parameter in module._parameters.items():
                 if parameter is not None:
                     devices.append((module, name, True, parameter.device))
@@ -50,10 +54,13 @@ class LentModel:
 
 
 @contextmanager
-def lent(model: nn.Module, evaluate: bool = True) -> Iterator[nn.Module]:
+def lent(model: nn.Module, evaluate: bool = True, device: torch.device | None = None) -> Iterator[nn.Module]:
     """``model`` for the block (in eval mode when ``evaluate``: no dropout, batch norm on its running statistics,
-    which then stay as they were), given back as it was lent however the block ends."""
-    state = LentModel.of(model)
+    which then stay as they were), given back as it was lent however the block ends. ``device``: where the block
+    will run it (None: anywhere); the devices of its tensors are kept unless the model is all there already."""
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    stays = device is not None and first is not None and first.device == device
+    state = LentModel.of(model, devices_too=not stays)
     try:
         if evaluate:
             model.eval()

@@ -20,9 +20,8 @@ a 4-D ``logits``, a detector's list of ``{"boxes", "labels", "scores"}``, a (1, 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,77 +29,16 @@ import torch.nn.functional as F
 
 from hookscope.core.common.errors import RunError
 
+# --target's words, parsed without torch (the command line's argument type reads them there), re-exported here
+from hookscope.core.engine.target_words import FORMS as FORMS
+from hookscope.core.engine.target_words import Objective as Objective
+from hookscope.core.engine.target_words import Target as Target
+from hookscope.core.engine.target_words import parse_target as parse_target
+
 if TYPE_CHECKING:
     from hookscope.core.models.catalogue import LoadedModel
 
 BACKGROUND = 0  # the class index torchvision's (VOC) and most segmentation heads give the background
-_REGION = re.compile(r"class:(\d+)@(-?\d+),(-?\d+),(-?\d+),(-?\d+)")
-_CLASS = re.compile(r"class:(\d+)")
-_BOX = re.compile(r"box:(\d+)")
-FORMS = "top1, a class index, class:C, class:C@x0,y0,x1,y1, box:N, similar:IMAGE or text:PROMPT"
-
-
-@dataclass(frozen=True)
-class Objective:
-    """A parsed target. ``kind``: "top1", "class" (a class index or class:C), "region", "box", "similar", "text".
-    ``reference``: the embedding ``similar`` and ``text`` compare with, once resolved (:func:`with_reference`)."""
-
-    kind: str
-    index: int | None = None
-    region: tuple[int, int, int, int] | None = None
-    image: str | None = None
-    text: str | None = None
-    reference: torch.Tensor | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def spec(self) -> str:
-        """The objective in ``--target``'s words."""
-        if self.kind == "class":
-            return f"class:{self.index}"
-        if self.kind == "region":
-            return f"class:{self.index}@" + ",".join(str(v) for v in self.region or ())
-        if self.kind == "box":
-            return f"box:{self.index}"
-        if self.kind == "similar":
-            return f"similar:{self.image}"
-        if self.kind == "text":
-            return f"text:{self.text}"
-        return "top1"
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.kind in ("similar", "text")
-
-
-Target = int | str | Objective  # a class index, "top1", any of --target's forms, or a parsed Objective
-
-
-def parse_target(target: object) -> Objective:
-    """An ``Objective`` from ``--target``'s text, a class index, or an ``Objective``; ``RunError`` (one line) when
-    the text is none of the forms."""
-    if isinstance(target, Objective):
-        return target
-    if isinstance(target, int) and not isinstance(target, bool):
-        return Objective("class", index=target)  # out of range: said with the model's class count, at the run
-    text = str(target).strip()
-    if text == "top1":
-        return Objective("top1")
-    if text.lstrip("-").isdigit():
-        return Objective("class", index=int(text))
-    if found := _REGION.fullmatch(text):
-        x0, y0, x1, y1 = (int(v) for v in found.groups()[1:])
-        if x1 <= x0 or y1 <= y0:
-            raise RunError(f"The region of '{text}' is empty: x0,y0,x1,y1 need x0 < x1 and y0 < y1.")
-        return Objective("region", index=int(found.group(1)), region=(x0, y0, x1, y1))
-    if found := _CLASS.fullmatch(text):
-        return Objective("class", index=int(found.group(1)))
-    if found := _BOX.fullmatch(text):
-        return Objective("box", index=int(found.group(1)))
-    if text.startswith("similar:") and text[len("similar:") :].strip():
-        return Objective("similar", image=text[len("similar:") :].strip())
-    if text.startswith("text:") and text[len("text:") :].strip():
-        return Objective("text", text=text[len("text:") :].strip().strip("\"'"))
-    raise RunError(f"The target '{text}' is not one of {FORMS}.")
 
 
 # ---- what the output holds -----------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import base64
 import html
 import io
 import os
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,14 @@ from torch import nn
 
 from hookscope.core.common.errors import HookscopeError, ImageError
 from hookscope.core.common.resources import apply_colormap
-from hookscope.core.common.vocabulary import HOOK_WORDS, WORD_OF_KIND, kinds_of_words
+from hookscope.core.common.vocabulary import HOOK_WORDS, WORD_OF_KIND, HookKind, kinds_of_words
 from hookscope.core.engine.capture import Prediction, RunResult
+from hookscope.core.engine.devices import resolve_device
 from hookscope.core.engine.hooks import HookRegistry, Record
 from hookscope.core.engine.lending import lent
 from hookscope.core.engine.objectives import Target
 from hookscope.core.engine.pipeline import run_image
-from hookscope.core.engine.tree import default_checks, module_tree
+from hookscope.core.engine.tree import ModelSurvey, default_checks, module_tree
 from hookscope.core.models.held import held_model
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.models.loaded import LoadedModel
@@ -60,10 +62,12 @@ class CapturedRecord:
 
     @property
     def tensor(self) -> torch.Tensor:
+        """The tensor the hook saw, on the CPU."""
         return self._record.tensor
 
     @property
     def title(self) -> str:
+        """``layer1: Activations (1, 64, 56, 56)``: what the window's panel header says."""
         return f"{self.name}: {_TITLES.get(self.word, self.word)} {tuple(self.tensor.shape)}"
 
     def picture(self) -> np.ndarray:
@@ -100,22 +104,29 @@ class Capture:
 
     @cached_property
     def activations(self) -> dict[str, torch.Tensor]:
+        """``act``: each module's output, as its forward hook saw it (a copy where a later in-place op would have
+        overwritten it)."""
         return self._of("forward")
 
     @cached_property
     def inputs(self) -> dict[str, torch.Tensor]:
+        """``in``: what went into each module, as its forward pre-hook saw it."""
         return self._of("pre")
 
     @cached_property
     def gradients(self) -> dict[str, torch.Tensor]:
+        """``grad``: the objective's gradient with respect to each module's output (a tensor hook on the output)."""
         return self._of("tensor")
 
     @cached_property
     def grad_inputs(self) -> dict[str, torch.Tensor]:
+        """``grad_in``: the objective's gradient with respect to each module's input (a full backward hook's
+        ``grad_input``; a tensor hook on the input where an in-place op rules that hook out)."""
         return self._of("grad_input")
 
     @cached_property
     def records(self) -> list[CapturedRecord]:
+        """Every record, in the order the hooks saw them, each showing as a mosaic in Jupyter."""
         return [CapturedRecord(record) for record in self.result.records]
 
     def record(self, name: str, word: str = "act") -> CapturedRecord:
@@ -127,22 +138,28 @@ class Capture:
 
     @property
     def predictions(self) -> list[Prediction]:
+        """The five best classes, best first (by logit), with their softmax probabilities; empty when the output
+        holds no class scores."""
         return list(self.result.top5)
 
     @property
     def objective(self) -> str:
+        """What the gradients are of, in words: "top-1 logit (class 281)", "logit of class 3"..."""
         return self.result.target
 
     @property
     def objective_value(self) -> float | None:
+        """The value of the objective the gradients are of (a logit, a score, a similarity)."""
         return self.result.objective_value
 
     @property
     def input(self) -> torch.Tensor:
+        """The (1, C, H, W) tensor fed to the model, on the CPU."""
         return self.result.input
 
     @property
     def input_gradient(self) -> torch.Tensor | None:
+        """The objective's gradient with respect to the input tensor."""
         return self.result.input_grad
 
     def save(self, folder: str | os.PathLike, *, png: bool = True) -> Path:
@@ -196,7 +213,7 @@ def _png(picture: np.ndarray) -> bytes:
     return stream.getvalue()
 
 
-def hook_pairs(hooks: Hooks | None, paths: Sequence[str], model: LoadedModel) -> list[tuple[str, str]]:
+def hook_pairs(hooks: Hooks | None, paths: Sequence[str], model: LoadedModel) -> list[tuple[str, HookKind]]:
     """(module path, kind) pairs of ``hooks``: a mapping of module names to words (``{"layer1": ["act", "grad"]}``,
     or one word as a string), names alone (Act and Grad on each), or None: the window's first ticks, two telling
     layers with Act and Grad. ``HookscopeError`` for a name the model does not have or a word that is none."""
@@ -213,7 +230,7 @@ def hook_pairs(hooks: Hooks | None, paths: Sequence[str], model: LoadedModel) ->
         raise HookscopeError(
             f"The model has no module named {', '.join(repr(m) for m in missing)}.", module_path=missing[0]
         )
-    pairs = []
+    pairs: list[tuple[str, HookKind]] = []
     for name, words in items:
         unknown = [w for w in words if str(w).strip().lower() not in HOOK_WORDS]
         if unknown or not words:
@@ -222,8 +239,13 @@ def hook_pairs(hooks: Hooks | None, paths: Sequence[str], model: LoadedModel) ->
                 f"for '{name}'.",
                 module_path=name,
             )
-        pairs += [(name, kind) for kind in kinds_of_words(words)]
+        pairs += [(name, kind) for kind in _kinds(tuple(words))]
     return pairs
+
+
+@cache
+def _kinds(words: tuple[str, ...]) -> tuple[HookKind, ...]:
+    return kinds_of_words(words)  # once per set of words, not once per module: every module of a model is common
 
 
 def model_image(image: Any) -> tuple[Image.Image | torch.Tensor, str]:
@@ -280,9 +302,26 @@ def capture(
     """
     loaded = held_model(model, preprocess=preprocess, categories=categories)  # type: ignore[arg-type]
     picture, name = model_image(image)
-    with HookRegistry(loaded.module) as registry, lent(loaded.module):
+    module = loaded.module
+    with HookRegistry(module) as registry, lent(module, device=resolve_device(device)):
         pairs = hook_pairs(hooks, registry.paths, loaded)
         for path, kind in pairs:
-            registry.add(path, kind)  # type: ignore[arg-type]
+            registry.add(path, kind)
+        shape = _structure(module)
+        known = _SURVEYS.get(module)
+        if known is not None and known[0] == shape:
+            registry.adopt_survey(known[1])  # the run surveys again if the input's shape or device differ
         result = run_image(loaded, registry, picture, device=device, target=target)
+        if registry.survey is not None:
+            _SURVEYS[module] = (shape, registry.survey)
     return Capture(result, loaded, name, tuple(dict.fromkeys(kind for _, kind in pairs)))
+
+
+# The survey of each model a capture ran (a run of the model that tells each hook what its module does: where an
+# in-place op follows, what the module returns), kept while the model lives. Without it each capture would run the
+# model one more time; kept per structure, so a module replaced since is surveyed anew.
+_SURVEYS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, ModelSurvey]] = weakref.WeakKeyDictionary()
+
+
+def _structure(module: nn.Module) -> tuple:
+    return tuple((path, id(child)) for path, child in module.named_modules())

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.engine.hooks import FALLBACK, HookInfo
+from hookscope.core.engine.hooks import FALLBACK, HookInfo, callers_hooks
 from hookscope.core.teaching.script_export import standalone_script
 from hookscope.core.teaching.snippets import kind_hook, snippet_for
 from hookscope.ui.actions.specs import ActionSpec
@@ -47,8 +47,14 @@ COLUMNS = ("Module", "Kind", "Method", "Reads/edits", "Note", "")
 MODULE, KIND, METHOD, ROLE, NOTE, REMOVE = range(len(COLUMNS))
 
 
-def hook_identity(info: HookInfo) -> tuple[str, str, int | None]:
-    return info.path, info.kind, info.edit_id
+YOURS_WHY = (
+    "Not Hookscope's: a hook you put on the model yourself. Hookscope lists it and leaves it as it is: neither "
+    "Remove all nor closing the window removes it."
+)
+
+
+def hook_identity(info: HookInfo) -> tuple[str, str, int | None, str]:
+    return info.path, info.kind, info.edit_id, info.note if info.yours else ""
 
 
 def why_text(info: HookInfo) -> str:
@@ -148,6 +154,7 @@ class InspectorFeature:
         # The least heights hold while the inspector is the tab in front: the window then gives it the room (from
         # the module tree above); behind the Interventions it asks for none, and the tree can take the height back.
         self.dock.visibilityChanged.connect(self._on_visibility)
+        self.dock.visibilityChanged.connect(lambda visible: self.refresh() if visible else None)  # your new hooks
         self._on_visibility()
         host.add_actions(
             [
@@ -172,7 +179,7 @@ class InspectorFeature:
     def _on_visibility(self, _visible: bool = False) -> None:
         # Read once the window has settled: showing a window shows every tab of a stack for a moment, and the
         # inspector's least heights would then push the tree's separator down for good.
-        QTimer.singleShot(0, self._keep_least_heights)
+        QTimer.singleShot(0, self.dock, self._keep_least_heights)  # not after the dock is gone (a closed viewer's)
 
     def _keep_least_heights(self) -> None:
         visible = self.dock.isVisible() and not self.dock.visibleRegion().isEmpty()
@@ -199,13 +206,21 @@ class InspectorFeature:
         registry = self.workspace.registry
         return (registry.handle_count() if registry is not None else 0) + len(self.workspace.external_hooks)
 
+    def yours(self) -> list[HookInfo]:
+        """The hooks on the model that Hookscope did not register (the model owner's own), for any model."""
+        registry = self.workspace.registry
+        if registry is None:
+            return []
+        return callers_hooks(registry.model, registry.handle_ids())
+
     def is_external(self, info: HookInfo) -> bool:
         """A hook a feature holds on the model outside the registry (listed while it lives, removed by it)."""
         return any(info is external for external in self.workspace.external_hooks)
 
     def refresh(self) -> None:
         registry = self.workspace.registry
-        infos = (registry.live_hooks() if registry is not None else []) + list(self.workspace.external_hooks)
+        yours = self.yours()
+        infos = (registry.live_hooks() if registry is not None else []) + list(self.workspace.external_hooks) + yours
         count = self.count
         shown = (id(registry), count, infos)
         if shown == self._shown:
@@ -214,7 +229,10 @@ class InspectorFeature:
         selected = self.selected()
         keep = hook_identity(selected) if selected is not None else None
         self.infos = infos
-        self.count_label.setText(f"{count} live hook{'' if count == 1 else 's'}")
+        text = f"{count} live hook{'' if count == 1 else 's'}"
+        if yours:
+            text += f", and {len(yours)} of yours (not Hookscope's)"
+        self.count_label.setText(text)
         self.remove_all_button.setEnabled(count > 0)
         self.table.blockSignals(True)
         self.table.clearContents()
@@ -225,9 +243,10 @@ class InspectorFeature:
             cells = (info.path or "(model)", info.kind, info.method, info.reads_or_edits, note)
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(why_text(info) if column in (KIND, METHOD) else text if column != NOTE else note)
+                tip = YOURS_WHY if info.yours else why_text(info)
+                item.setToolTip(tip if column in (KIND, METHOD) else text if column != NOTE else note)
                 self.table.setItem(row, column, item)
-            if not self.is_external(info):  # a feature's own hook: its feature removes it when its work ends
+            if not self.is_external(info) and not info.yours:  # a feature's hook: its feature removes it; yours: you
                 remove = QToolButton()
                 remove.setObjectName("closePanel")
                 remove.setText("✕")
@@ -268,14 +287,21 @@ class InspectorFeature:
             self.why.setText("")
             self.note.setVisible(False)
             return
-        self.why.setText("" if self.is_external(info) else why_text(info))
+        self.why.setText(YOURS_WHY if info.yours else "" if self.is_external(info) else why_text(info))
         try:
-            text = (
-                f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
-                "# runs it and removed when it ends."
-                if self.is_external(info)
-                else snippet_for(registry, info)
-            )
+            if info.yours:
+                text = (
+                    f"# Yours, not Hookscope's: {info.note.split('(', 1)[-1].rstrip(')')}, registered with\n"
+                    f"# model{'.' + info.path if info.path else ''}.{info.method}(...) before or beside Hookscope's own hooks;\n"
+                    "# Hookscope leaves it in place."
+                )
+            elif self.is_external(info):
+                text = (
+                    f"# {info.label}: a {info.method} hook on model.{info.path}, registered by the feature that\n"
+                    "# runs it and removed when it ends."
+                )
+            else:
+                text = snippet_for(registry, info)
         except Exception as error:  # noqa: BLE001  (an edit removed meanwhile: the next refresh follows)
             text = f"# No code for this hook: {error}"
         self.code.setPlainText(text)

@@ -53,6 +53,18 @@ HookChange = tuple[str, str, bool]  # (path, kind, ticked)
 
 
 @dataclass(frozen=True)
+class HeldStart:
+    """What a window on a model the caller holds (``hookscope.Viewer``) starts with: the model (its source
+    "object"), the image shown first (None: the bundled sample), the (path, kind) pairs ticked first (None: the
+    model's default layers, in ``check_kinds``) and the image list."""
+
+    loaded: LoadedModel
+    image: ImageSource | None = None
+    checks: tuple[tuple[str, str], ...] | None = None
+    queue: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunFailure:
     """A failed run or load, as views see it: the one-line message and the error (its fields route it)."""
 
@@ -137,6 +149,7 @@ class Workspace(QObject):
         # session folder) -> problem lines). Features never import each other; the sessions feature calls these.
         self.session_parts: dict[str, tuple[Callable[[str], object], Callable[[object, str], list[str]]]] = {}
         self._initial_checks = checks
+        self._initial_kinds: dict[str, tuple[str, ...]] = {}  # columns other than ``check_kinds`` for a first tick
         self._dirty = False  # ticks, target or device changed since the results on screen
         self._target_before: tuple[int | str] | None = None  # the target before one no run has succeeded with yet
         self._run_wanted = False  # a run was asked for while a model loaded
@@ -303,9 +316,9 @@ class Workspace(QObject):
                 if self._initial_checks is not None
                 else default_checks(outcome.loaded.name, self.nodes)
             )
-            self._initial_checks = None
+            kinds, self._initial_checks, self._initial_kinds = self._initial_kinds, None, {}
             self.missing_checks = [p for p in wanted if p not in paths]
-            pairs = [(p, k) for p in wanted if p in paths for k in self.check_kinds]
+            pairs = [(p, k) for p in wanted if p in paths for k in kinds.get(p, self.check_kinds)]
             message = f"{outcome.loaded.name} loaded in {outcome.load_ms:.0f} ms"
         else:
             pairs = sorted(pair for pair in previous if pair[0] in paths)
@@ -585,6 +598,29 @@ class Workspace(QObject):
         if self.requested_device != self.device:
             self.error.emit(f"Device '{self.requested_device}' is not available here; using the CPU.", False)
         self.set_model(model, self.weights)
+
+    def start_held(self, start: HeldStart) -> None:
+        """The first model is one the caller holds in Python (``hookscope.Viewer``): it is adopted as any model
+        load is (on the model's thread, where it is put in eval mode and its tree is built), with no file and no
+        question, and shown with the start's image, ticks and image list."""
+        self.queue.replace(list(start.queue))
+        self.image_list_changed.emit()
+        self.wanted_image = start.image if start.image is not None else ImageSource.from_path(sample_image())
+        if start.checks is not None:
+            pairs = list(start.checks)
+            self._initial_checks = list(dict.fromkeys(path for path, _ in pairs))
+            self._initial_kinds = {path: tuple(kind for p, kind in pairs if p == path) for path in self._initial_checks}
+        if self.requested_device != self.device:
+            self.error.emit(f"Device '{self.requested_device}' is not available here; using the CPU.", False)
+        loaded = start.loaded
+
+        def adopt() -> LoadedModel:  # on the model's thread
+            if self._closing:
+                return loaded  # closed before the load ran: the model has been given back as it was
+            loaded.module.eval()  # no dropout, batch norm on its running statistics (which then stay as they are)
+            return loaded
+
+        self.load_model_with(loaded.name, adopt)
 
     def run_again(self) -> None:
         """Run the current image again with the current ticks (F5)."""
