@@ -15,7 +15,7 @@ from PIL import Image
 
 from hookscope.core.engine.hooks import KINDS, HookRegistry
 from hookscope.core.engine.interventions import parse_edit
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.pictures.cam import run_grad_cam
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hookscope.core.engine.hooks import KINDS, HookRegistry
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import module_tree
 from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import Preprocess

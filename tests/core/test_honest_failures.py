@@ -29,7 +29,8 @@ from hookscope.core.engine.blame import ModelRaised
 from hookscope.core.engine.capture import capture_run
 from hookscope.core.engine.hooks import HookRegistry, Recorder
 from hookscope.core.engine.numeric import NumericReport, non_finite_weights
-from hookscope.core.engine.pipeline import ModelSource, open_model, run_image
+from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.engine.run import run_image
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")

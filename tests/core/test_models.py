@@ -151,3 +151,17 @@ def test_devices():
     assert resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(DeviceError, match="'cuda:7' is not available.*available: cpu"):
         resolve_device("cuda:7")
+
+
+def test_a_title_says_untrained_only_for_random_catalogue_weights() -> None:
+    """Issue 44: pages, strips and the window title say when the weights are random; a model the caller holds
+    (source "object") or a file's or a factory's own weights are never called untrained."""
+    from hookscope.core.models.loaded import model_title
+
+    untrained = {"name": "resnet18", "weights": "none", "pretrained": False, "seed": 3, "source": "catalogue"}
+    assert model_title(untrained) == "resnet18 (untrained: random weights, seed 3)"
+    assert model_title({**untrained, "weights": "default"}) == "resnet18 (untrained: random weights, seed 3)"
+    assert model_title({**untrained, "weights": "default", "pretrained": True}) == "resnet18"
+    assert model_title({**untrained, "source": "object", "name": "Net"}) == "Net"
+    assert model_title({**untrained, "source": "python", "name": "net.py:build"}) == "net.py:build"
+    assert model_title({**untrained, "source": "hub", "weights": "default", "pretrained": True}) == "resnet18"

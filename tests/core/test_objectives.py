@@ -108,7 +108,7 @@ def test_a_segmentation_class_is_its_logits_over_its_predicted_pixels(seg, photo
 def test_a_region_is_the_class_logits_summed_over_the_rectangle(seg, photo):
     x = seg.preprocess.to_tensor(photo)
     result = hooked_run(seg, x, "class:3@100,50,300,260", SEG_LAYER)
-    assert "over 100,50,300,260" in result.target
+    assert result.target.endswith("over x 100-300, y 50-260"), "the region in two ranges, not four numbers in a row"
     expected = input_gradient(seg.module, x, lambda output: output["out"][0, 3, 50:260, 100:300].sum())
     torch.testing.assert_close(result.input_grad, expected, rtol=1e-4, atol=1e-6)
     with pytest.raises(RunError, match="outside"):
@@ -127,8 +127,8 @@ def test_a_box_is_the_score_of_the_nth_detection(det, photo):
     assert result.detections[2].box == pytest.approx(tuple(found["boxes"][2].tolist()), rel=1e-4)
     expected = input_gradient(det.module, x, lambda output: output[0]["scores"][2])
     torch.testing.assert_close(result.input_grad, expected, rtol=1e-3, atol=1e-9)
-    with pytest.raises(RunError, match="does not exist"):
-        hooked_run(det, x, f"box:{len(result.detections)}", DET_LAYER)
+    beyond = hooked_run(det, x, f"box:{len(result.detections)}", DET_LAYER)  # no such box here: no gradient taken
+    assert beyond.no_target.startswith(f"Box {len(result.detections)} does not exist") and beyond.input_grad is None
 
 
 def test_an_objective_that_does_not_fit_the_model_is_one_line(seg, det, photo):
@@ -268,3 +268,51 @@ def test_a_target_that_cannot_be_is_one_line_and_exit_2(tmp_path, model, target,
     assert done.returncode == 2 and words in lines[-1] and "Traceback" not in done.stderr, done.stderr
     if not lines[-1].startswith("hookscope export: error: argument"):  # argparse's own: its usage, then the line
         assert len(lines) == 1, lines
+
+
+def test_a_region_is_said_as_two_ranges() -> None:
+    """Issue 44: "over 49,47,323,294" read as one number; the words are the two ranges the rectangle spans."""
+    from hookscope.core.engine.target_words import region_text
+
+    assert region_text((49, 47, 323, 294)) == "x 49-323, y 47-294"
+
+
+def test_a_detector_that_finds_no_object_keeps_its_forward_pass_and_says_why(tmp_path):
+    """Untrained, Faster R-CNN finds no object in the sample photograph. Only activations were asked for, so
+    ``export`` writes them (it exited 2 before, writing nothing); asked for gradients too, it writes the
+    activations, an empty gradient archive whose every key the manifest explains, and one line on stderr."""
+    out = tmp_path / "run"
+    done = hookscope(
+        "export", "--model", "fasterrcnn_mobilenet_v3_large_320_fpn", "--weights", "none", "--image",
+        str(sample_image()), "--layers", "backbone.body", "--hooks", "act,grad", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    why = "The model found no object in this image: there is no box to take the gradient of."
+    assert f"hookscope: no gradient taken: {why}" in message_lines(done.stderr)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["description"] == f"none: {why}"
+    assert manifest["target"]["objective"] == {"task": "detection", "value": None}
+    with np.load(out / "activations.npz") as arrays:
+        assert sorted(arrays.files) == ["backbone.body/0", "backbone.body/1"]
+    with np.load(out / "tensor_gradients.npz") as arrays:
+        assert arrays.files == []
+    assert set(manifest["no_gradient"]) == {"backbone.body/0", "backbone.body/1"}
+    assert all(reason.startswith("no gradient was taken in this run: the model found no object")
+               for reason in manifest["no_gradient"].values())  # fmt: skip
+
+
+def test_box_n_that_this_image_lacks_is_no_gradient_not_a_failed_run():
+    """``box:N`` beyond what this image's run found (a video's frames find more or fewer): the records of the
+    forward pass stand; a target that does not fit the model at all is still refused."""
+    loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn")
+    loaded.module.transform.min_size, loaded.module.transform.max_size = (160,), 160
+    x = loaded.preprocess.to_tensor(read_image(sample_image()))
+    with HookRegistry(loaded.module) as registry:
+        registry.add("backbone.body", "forward")
+        registry.add("backbone.body", "tensor")
+        result = capture_run(loaded.module, registry, x, target="box:3")
+        assert result.no_target.startswith("The model found no object") and result.objective_value is None
+        assert [r.kind for r in result.records] == ["forward", "forward"] and result.input_grad is None
+        assert {(m.path, m.kind) for m in result.no_gradient} == {("backbone.body", "tensor")}
+        with pytest.raises(RunError, match="does not fit a detection model"):
+            capture_run(loaded.module, registry, x, target="class:3")

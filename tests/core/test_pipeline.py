@@ -23,8 +23,8 @@ from hookscope.core.engine.pipeline import (
     TrustRequired,
     open_model,
     other_images,
-    run_image,
 )
+from hookscope.core.engine.run import run_image
 from hookscope.core.models.catalogue import default_weights_file
 from hookscope.core.outputs.session import load_session, model_entry, save_session, session_from
 from hookscope.core.pictures.cam import run_grad_cam

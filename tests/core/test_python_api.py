@@ -195,14 +195,14 @@ def test_save_writes_what_export_writes_bit_for_bit(tmp_path) -> None:
 
 
 def test_one_way_to_run_an_image(tmp_path) -> None:
-    """Nothing but the engine's pipeline calls capture_run: the window, export, live, batches, lessons, benchmarks
+    """Nothing but the engine's run (engine/run.py) calls capture_run: the window, export, live, batches, lessons, benchmarks
     and hookscope.capture all run an image through run_image."""
     callers = [
         path.relative_to(ROOT / "app").as_posix()
         for path in (ROOT / "app" / "hookscope").rglob("*.py")
         if "capture_run(" in path.read_text().replace("``capture_run(", "")
     ]
-    assert sorted(callers) == ["hookscope/core/engine/capture.py", "hookscope/core/engine/pipeline.py"]
+    assert sorted(callers) == ["hookscope/core/engine/capture.py", "hookscope/core/engine/run.py"]
 
 
 def test_export_video_with_a_similarity_target(tmp_path) -> None:

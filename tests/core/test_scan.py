@@ -21,8 +21,8 @@ from PIL import Image
 from torch import nn
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.images import Preprocess, read_image
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.scan.results import ScanSettings
 from hookscope.core.scan.scanner import (

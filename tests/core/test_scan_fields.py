@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.images import Preprocess
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.scan.fields import receptive_fields
 from hookscope.core.scan.results import ScanSettings

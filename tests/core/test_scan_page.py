@@ -22,7 +22,7 @@ from PIL import Image
 from hookscope.core.models.images import Preprocess
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.scan.page import write_page
-from hookscope.core.scan.results import LABEL_HEIGHT, PatchReader, ScanSettings, write_strips
+from hookscope.core.scan.results import LABEL_HEIGHT, NOTE_HEIGHT, PatchReader, ScanSettings, write_strips
 from hookscope.core.scan.scanner import CHECKPOINT_FILE, scan_images, write_scan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,27 @@ def test_strips_carry_each_patchs_score_and_file_name(scanned):
                  [t.image for t in result.top("layer2", 0)])  # fmt: skip
     assert not (reader.strip("layer2", other)[96:] == band).all()
     assert write_strips(result, out) == 64 + 128
-    assert Image.open(out / "png" / "layer2" / "channel-0000.png").size == (3 * 96 + 4, 96 + LABEL_HEIGHT)
+    # an untrained model's strip says so (issue 44): a line above the patches, and the model in the PNG's Title
+    strip = Image.open(out / "png" / "layer2" / "channel-0000.png")
+    assert strip.size == (3 * 96 + 4, NOTE_HEIGHT + 96 + LABEL_HEIGHT)
+    assert strip.info["Title"] == "layer2 channel 0 of resnet18 (untrained: random weights, seed 0)"
+    note = np.asarray(strip.convert("RGB"))[:NOTE_HEIGHT]
+    assert ((note[..., 0] > 120) & (note[..., 1] < 60)).sum() > 40, "red words above the patches"
+    assert (np.asarray(strip.convert("RGB"))[NOTE_HEIGHT:] == reader.strip("layer2", 0)).all()
+
+
+def test_the_page_of_an_untrained_model_says_so(scanned) -> None:
+    """Issue 44: "What excites each channel of resnet18" hid that the weights were random."""
+    result, out = scanned
+    assert write_page(result, out / "titled") == 2
+    index = (out / "titled" / "index.html").read_text()
+    assert "What excites each channel of resnet18 (untrained: random weights, seed 0)</h1>" in index
+    assert "<title>Scan of resnet18 (untrained: random weights, seed 0)</title>" in index
+    module_page = (out / "titled" / "page" / "layer1.html").read_text()
+    assert "of resnet18 (untrained: random weights, seed 0)" in module_page
+    trained = replace(result, model={**result.model, "weights": "default", "pretrained": True})
+    assert "What excites each channel of resnet18</h1>" in (write_page(trained, out / "trained") and
+                                                           (out / "trained" / "index.html").read_text())  # fmt: skip
 
 
 def _chromium() -> str:

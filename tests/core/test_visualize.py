@@ -16,7 +16,8 @@ from PIL import Image
 
 from hookscope.cli import main
 from hookscope.core.engine.hooks import HookRegistry
-from hookscope.core.models.catalogue import LoadedModel, load_model
+from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.teaching.visualize import (
     LayerTap,
     Objective,

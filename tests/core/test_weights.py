@@ -301,6 +301,18 @@ def test_cli_download_succeeds_and_prints_the_path(served_model_weights, hub, ca
     assert out.strip() == str(hub / served_model_weights) and "100%" in err
 
 
+def test_the_command_line_says_an_untrained_model_runs_where_the_window_says_it_shows(hub, capsys, tmp_path):
+    """Issue 44: a command shows nothing, so its notice says what runs; the window's words stay "showing"."""
+    from hookscope.core.common.resources import sample_image
+
+    command = ["export", "--model", MODEL, "--weights", "default", "--image", str(sample_image())]
+    assert main([*command, "--layers", "features.0", "--no-png", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert f"running an untrained {MODEL} with random weights (seed 0)" in err
+    assert "showing" not in err
+    assert f"showing an untrained {MODEL} with random weights (seed 0)" in load_model(MODEL, "default").notice
+
+
 def test_export_default_weights_notice_points_to_download(hub, capsys):
     args = build_parsers()[1].parse_args(["--model", MODEL, "--weights", "default", "--image", "x.png"])
     loaded = load_for_cli(args)

@@ -242,7 +242,9 @@ def test_a_rectangle_dragged_on_the_input_sets_the_region_target(seg_window, qtb
     expected = most_common_class(classes, (x0, y0, x1, y1))
     assert target.startswith(f"class:{expected}@"), "no class was targeted: the rectangle's most common one"
     result = window.workspace.last.result
-    assert result.target.endswith(f"over {x0},{y0},{x1},{y1}") and result.target_index == expected
+    assert result.target.endswith(f"over x {x0}-{x1}, y {y0}-{y1}") and result.target_index == expected
+    # the target line reads the rectangle as two ranges (issue 44), not "over 20,30,70,90" (one long number)
+    assert window.predictions.target_label.text().endswith(f"over x {x0}-{x1}, y {y0}-{y1}")
     assert panel._box.rubber_band.isVisible() and panel._box.rubber_band.rect().getCoords() == (x0, y0, x1, y1)
     # the input gradient is now confined to what reaches the region: the saliency exists and is not all zero
     assert window.workspace.last.saliency is not None and window.workspace.last.saliency.max() > 0
@@ -335,12 +337,17 @@ def test_detection_boxes_follow_the_threshold_and_a_click_sets_box_n(det_window,
         window.workspace.set_image_b(ImageSource.from_path(Path(window.workspace.image.path).with_name("coffee.png")))
     assert window.workspace.last.comparison.result.target.startswith(f"score of box {expected} ")
 
-    # a box the run did not find: one error line, the results and the box target stay
-    before = window.workspace.last
-    window.workspace.set_target(f"box:{len(scores) + 5}")
-    qtbot.waitUntil(lambda: f"Box {len(scores) + 5} does not exist" in window.last_error, timeout=RUN_TIMEOUT_MS)
-    qtbot.waitUntil(lambda: not window.workspace.scheduler.busy, timeout=RUN_TIMEOUT_MS)
-    assert window.workspace.last is before and window.workspace.target == f"box:{expected}"
+    # a box this image's run did not find (a video's next frame may find fewer): the forward pass is shown, no
+    # gradient is taken, the target line and the gradient panels say why, the box target stays for the next image
+    missing = len(scores) + 5
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        window.workspace.set_target(f"box:{missing}")
+    result = window.workspace.last.result
+    why = f"Box {missing} does not exist: the model found {len(scores)} (box:0-box:{len(scores) - 1})."
+    assert result.no_target == why and window.workspace.target == f"box:{missing}"
+    assert window.predictions.target_label.text() == f"Gradient target: none: {why}"
+    assert result.records and {r.kind for r in result.records} == {"forward"} and result.input_grad is None
+    assert window.last_error == ""
 
 
 @pytest.fixture
@@ -414,7 +421,7 @@ def test_a_region_target_is_saved_in_the_session_and_in_the_export(seg_window, q
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         space.set_target("class:3@8,16,72,96")
     words = space.last.result.target
-    assert words.startswith("logits of class 3 (") and words.endswith("over 8,16,72,96")
+    assert words.startswith("logits of class 3 (") and words.endswith("over x 8-72, y 16-96")
     sessions = window.features["sessions"]
     path = tmp_path / "region.hookscope.json"
     assert sessions.save(path)
@@ -433,3 +440,36 @@ def test_a_region_target_is_saved_in_the_session_and_in_the_export(seg_window, q
     assert sessions.last_problems == [] and space.target == "class:3@8,16,72,96"
     assert space.last.result.target == words
     assert window.input_panel._box.rubber_band.rect().getCoords() == (8, 16, 72, 96)
+
+
+def test_a_detector_that_finds_no_box_shows_its_forward_pass_and_says_why_there_is_no_gradient(make_window, qtbot):
+    """Untrained, Faster R-CNN finds no object in the sample photograph: the run is shown all the same (the input,
+    the activations, no detection, the score slider); the gradient panels and the target line say in one line why
+    they are empty; no error box."""
+    from hookscope.core.models.catalogue import load_model
+
+    def plain_detector():
+        loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn")
+        loaded.module.transform.min_size, loaded.module.transform.max_size = (160,), 160
+        return loaded
+
+    window = make_window(checks=["layer1.0.conv1"])
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    space = window.workspace
+    with qtbot.waitSignals([space.model_changed, window.run_finished], timeout=RUN_TIMEOUT_MS):
+        space.load_model_with("Faster R-CNN, untrained", plain_detector)
+    with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+        space.set_ticked([("backbone.body", "forward"), ("backbone.body", "tensor")], True)
+    result = space.last.result
+    why = "The model found no object in this image: there is no box to take the gradient of."
+    assert result.task == "detection" and result.detections == [] and result.no_target == why
+    assert window.last_error == ""
+    assert {r.kind for r in result.records} == {"forward"} and result.records[0].tensor.abs().sum() > 0
+    assert window.predictions.target_label.text() == f"Gradient target: none: {why}"
+    assert window.predictions.detection.isVisible() and window.predictions.detection.slider.isEnabled()
+    assert space.missing_reason("backbone.body", "tensor") == (
+        "No record: no gradient reached this module's output: no gradient was taken in this run: the model found "
+        "no object in this image: there is no box to take the gradient of."
+    )
+    assert window.input_panel.image_item.image is not None

@@ -308,3 +308,21 @@ def test_on_a_real_x_server_the_screenshot_shows_the_panel_drawn(tmp_path, photo
     plot = report["plot"]
     assert plot is not None and plot["checked"] > 20, report
     assert plot["ratio"] >= MATCH_NEEDED, report
+
+
+def test_the_window_says_where_a_held_models_input_settings_came_from(viewers, photos) -> None:
+    """Given torchvision weights, the line under the input names their transforms (not "a guess for a model
+    file"), the button is plain Input…, and the Weights box says it is your model object; unasked, a guess."""
+    from torchvision.models import ResNet18_Weights
+
+    viewer = viewers(resnet().eval(), images=[photos[1]], check=["layer1"], preprocess=ResNet18_Weights.DEFAULT)
+    viewer.capture()
+    feature = next(f for f in viewer.window.features.values() if type(f).__name__ == "InputSettingsFeature")
+    assert feature.requirements.text().endswith("(the weights' own transforms)")
+    assert feature.button.text() == "Input…"
+    assert viewer.workspace.loaded.weights_text == "Your model object"
+    guessed = viewers(resnet().eval(), images=[photos[1]], check=["layer1"])
+    guessed.capture()
+    other = next(f for f in guessed.window.features.values() if type(f).__name__ == "InputSettingsFeature")
+    assert other.requirements.text().endswith("(a guess for a model file: check it with Input…)")
+    assert other.button.text() == "Input… (guessed)"

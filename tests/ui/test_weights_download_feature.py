@@ -15,7 +15,7 @@ from loopback import files_in
 from PySide6.QtCore import Qt
 from weights_server import SMALL
 
-from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.models.weights import WEIGHTS_URL_ENV
 from hookscope.ui.features.weights_download import WeightsDownloadFeature, model_title, transfer_text
 from hookscope.ui.state.workspace import Workspace

@@ -29,6 +29,7 @@ def test_the_title_names_the_app_once_last(window) -> None:
     title = window.windowTitle()
     assert title.count("Hookscope") == 1 and title.endswith("Hookscope")
     assert "resnet18" in title and "chelsea.png" in title
+    assert title.startswith("resnet18 (untrained: random weights, seed 0) — "), "random weights said (issue 44)"
 
 
 def test_every_menu_item_has_words_and_its_shortcut(window) -> None:

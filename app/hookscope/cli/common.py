@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from hookscope.core.engine.hooks import HookRegistry
     from hookscope.core.engine.interventions import Intervention
-    from hookscope.core.models.catalogue import LoadedModel
+    from hookscope.core.models.loaded import LoadedModel
     from hookscope.core.models.source import ModelSource
 
 # --weights when not given, for every command that has it: the pretrained weights where the torch hub cache has
@@ -230,9 +230,16 @@ def load_for_cli(args: argparse.Namespace) -> LoadedModel:
             loaded.notice = (
                 loaded.notice.rstrip(".") + f"; download them with 'hookscope download --model {args.model}'."
             )
+    loaded.notice = command_line_notice(loaded.notice)
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     return loaded
+
+
+def command_line_notice(notice: str) -> str:
+    """A model's notice in the command line's words. The loaders word it for the window, which shows the model
+    ("showing an untrained resnet18 with random weights (seed 0)"); a command shows nothing, it runs the model."""
+    return notice.replace("showing an untrained ", "running an untrained ")
 
 
 def fetch_for_cli(name: str, weights: str) -> None:

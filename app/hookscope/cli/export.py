@@ -15,6 +15,7 @@ from hookscope.cli.common import (
     add_model_file_options,
     add_model_options,
     building,
+    command_line_notice,
     images_to_run,
     kinds_argument,
     load_for_cli,
@@ -173,7 +174,7 @@ def run_export(args: argparse.Namespace) -> int:
         return run_export_video(args)
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.engine.hooks import HookRegistry
-    from hookscope.core.engine.pipeline import run_image
+    from hookscope.core.engine.run import run_image
     from hookscope.core.models.images import read_image
     from hookscope.core.outputs.export import write_run
 
@@ -210,7 +211,15 @@ def _report_export(name: str, folder: Path, manifest: dict, result: RunResult) -
     top = result.top5[0] if result.top5 else None
     best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
     print(f"{name}: {len(result.records)} records -> {folder}  top-1: {best}")
+    _warn_no_target(result)
     _warn_non_finite(manifest)
+
+
+def _warn_no_target(result: RunResult) -> None:
+    """A run whose output held nothing to take the gradient of (a detector that found no object): its forward
+    records are written; one line says why there are no gradients."""
+    if result.no_target:
+        print(f"hookscope: no gradient taken: {result.no_target}", file=sys.stderr)
 
 
 def _batch_progress(line: ProgressLine):
@@ -300,7 +309,8 @@ def run_export_session(args: argparse.Namespace) -> int:
     from hookscope.core.common.errors import DeviceError, ImageError
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.engine.hooks import HookRegistry
-    from hookscope.core.engine.pipeline import ModelSource, open_model, run_image
+    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.engine.run import run_image
     from hookscope.core.models.images import read_image
     from hookscope.core.outputs.export import write_run
     from hookscope.core.outputs.session import apply_session_edits, load_session, register_session_hooks, session_survey
@@ -331,6 +341,7 @@ def run_export_session(args: argparse.Namespace) -> int:
         raise HookscopeError("None of the session's images could be used; there is nothing to run.")
     with building(source):
         loaded = open_model(source)
+    loaded.notice = command_line_notice(loaded.notice)
     if loaded.notice:
         print(f"hookscope: {loaded.notice}", file=sys.stderr)
     with HookRegistry(loaded.module) as registry:
@@ -367,7 +378,7 @@ def run_export_video(args: argparse.Namespace) -> int:
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.engine.hooks import HookRegistry
     from hookscope.core.engine.objectives import with_reference
-    from hookscope.core.engine.pipeline import run_image
+    from hookscope.core.engine.run import run_image
     from hookscope.core.live.runner import frame_input
     from hookscope.core.live.video import open_video
     from hookscope.core.outputs.export import write_run
@@ -409,6 +420,7 @@ def run_export_video(args: argparse.Namespace) -> int:
             print(
                 f"frame {frame.index} ({frame.time_s:.3f} s): {len(result.records)} records -> {folder}  top-1: {best}"
             )
+            _warn_no_target(result)
             _warn_non_finite(manifest)
             written += 1
     if not written:

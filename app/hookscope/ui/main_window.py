@@ -53,7 +53,7 @@ from hookscope.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenu
 from hookscope.ui.state.image_queue import push_recent
 from hookscope.ui.state.requests import ImageSource, LoadOutcome, RunOutcome
 from hookscope.ui.state.settings import app_settings, read_list
-from hookscope.ui.state.workspace import CHECK_KINDS, HeldStart, Workspace
+from hookscope.ui.state.workspace import CHECK_KINDS, HeldStart, RunFailure, Workspace
 from hookscope.ui.theme import configure_pyqtgraph
 from hookscope.ui.widgets.channel_view import ChannelView
 from hookscope.ui.widgets.detection_overlay import boxes_of
@@ -231,6 +231,7 @@ class MainWindow(QMainWindow):
         space.model_changed.connect(self._on_model_changed)
         space.hooks_changed.connect(self._on_hooks_changed)
         space.run_applied.connect(self._on_run_applied)
+        space.failed.connect(self._on_failed)
         space.pictures_ready.connect(lambda ready: self.panel_area.show_pictures(ready.pictures, ready.views))
         space.image_list_changed.connect(self._on_image_list_changed)
         space.device_changed.connect(self.chooser.show_device)
@@ -369,8 +370,20 @@ class MainWindow(QMainWindow):
         self.tree_model.set_model(space.nodes, space.registry, outcome.loaded.name)
         self.panel_area.clear()
         self._docks["channel"].setVisible(False)
+        # Nothing of the old model's run stays on screen (its mask, boxes, region, saliency, classes, target line,
+        # timings) until the new model's run comes; the image itself is the user's and stays.
+        loaded = outcome.loaded
+        self.input_panel.clear_results()
+        self.predictions.clear_results(loaded.task, f"Gradient target: waiting for {loaded.display_name}'s first run…")
+        self.timing_label.setText("")
         self._sync_chooser()
         self._update_title()
+
+    def _on_failed(self, failure: RunFailure) -> None:
+        """A new model's first run failed: the views it left empty say why (the old model's results are gone)."""
+        space = self.workspace
+        if not failure.load and space.last is None and space.loaded is not None:
+            self.predictions.show_message(f"No results of {space.loaded.display_name}: {failure.message}")
 
     def _on_hooks_changed(self, changes: list[tuple[str, str, bool]]) -> None:
         self.tree_model.show_ticks(changes)
@@ -624,9 +637,8 @@ class MainWindow(QMainWindow):
         name to a title that does not already end with it, which is how the name once appeared twice."""
         space = self.workspace
         parts = []
-        if space.loaded is not None:
-            trained = space.loaded.pretrained or space.loaded.source == "object"  # the caller's own: as they hold it
-            parts.append(space.loaded.name + ("" if trained else " (untrained)"))
+        if space.loaded is not None:  # "resnet18 (untrained: random weights, seed 0)"; the caller's own object never
+            parts.append(space.loaded.title)
         if space.image is not None:
             parts.append(space.image.name)
         self.setWindowTitle(" — ".join([*parts, "Hookscope"]))

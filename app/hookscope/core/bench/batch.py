@@ -37,8 +37,9 @@ from torch.utils.hooks import RemovableHandle
 from hookscope.core.engine.floor import bare_run, floor_hooks
 from hookscope.core.engine.hooks import GRADIENT_KINDS, HookRegistry, record_key
 from hookscope.core.engine.tree import ModelSurvey, survey
-from hookscope.core.models.catalogue import LoadedModel, load_model
+from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import read_image
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images, folder_names, run_batch
 from hookscope.core.outputs.export import ARCHIVES
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from hookscope.core.engine.floor import bare_run, floor_hooks
 from hookscope.core.engine.hooks import HookKind, HookRegistry
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import survey
 
 

@@ -30,8 +30,9 @@ from pathlib import Path
 import torch
 
 from hookscope.core.bench.batch import spread_modules, write_test_images
-from hookscope.core.models.catalogue import LoadedModel, load_model
+from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import Preprocess, read_image
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import READ_AHEAD, find_images, read_ahead
 from hookscope.core.scan.scanner import (
     ChannelScanner,

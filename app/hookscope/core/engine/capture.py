@@ -17,6 +17,7 @@ from hookscope.core.engine.hooks import HookRegistry, Record, StaleCapture
 from hookscope.core.engine.missing_gradients import MissingGradient, missing_gradients
 from hookscope.core.engine.objectives import (
     Detection,
+    NoObjective,
     Target,
     class_label,
     detection_objective,
@@ -72,6 +73,9 @@ class RunResult:
     segmentation: torch.Tensor | None = None
     detections: list[Detection] = field(default_factory=list)
     objective_value: float | None = None  # the differentiated scalar's value (a score, a similarity)
+    # Why no gradient was taken, when the output held nothing to take it of (``objectives.NoObjective``: a detector
+    # that found no object); "" when the target was computed. The forward records stand either way.
+    no_target: str = ""
 
     def of_kind(self, *kinds: str) -> list[Record]:
         return [r for r in self.records if r.kind in kinds]
@@ -284,10 +288,16 @@ def _run_once(
             raise RunCancelled()
         found_scores = class_scores(output)
         ranking = class_ranking(found_scores, TOP_K) if found_scores is not None else None  # the target, the top 5
-        objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories, ranking)
+        no_target = ""
+        try:
+            objective, index, described = _objective(output, target, tuple(xin.shape[-2:]), categories, ranking)
+        except NoObjective as absent:  # nothing to differentiate in this image: the forward pass stands
+            objective, index, no_target = None, None, str(absent)
+            described = f"none: {no_target}"
         start = time.perf_counter()
-        model_pass("backward", torch.autograd.grad, objective, [xin, *recorder.grad_roots], allow_unused=True)
-        _sync(dev)
+        if objective is not None:
+            model_pass("backward", torch.autograd.grad, objective, [xin, *recorder.grad_roots], allow_unused=True)
+            _sync(dev)
         backward_ms = (time.perf_counter() - start) * 1000
     recorder.verify()
     task = output_task(output)
@@ -312,12 +322,13 @@ def _run_once(
         timings={"forward_ms": forward_ms, "backward_ms": backward_ms},
         baseline_scores=baseline_scores,
         no_gradient=missing_gradients(
-            [pair for pair in hooked if registry.has(*pair)], known, recorder.records, described
+            [pair for pair in hooked if registry.has(*pair)], known, recorder.records, described, no_target
         ),
         task=task,
         segmentation=predicted_classes(logits, tuple(xin.shape[-2:])) if logits is not None else None,
         detections=detections_list(found, categories) if found is not None else [],
-        objective_value=float(objective.detach()),
+        objective_value=float(objective.detach()) if objective is not None else None,
+        no_target=no_target,
     )
 
 

@@ -77,14 +77,23 @@ def input_reason(input_needs_grad: bool, output_autograd: Sequence[str], target:
 
 
 def missing_gradients(
-    hooks: Iterable[tuple[str, str]], survey: ModelSurvey, records: Sequence[Record], target: str
+    hooks: Iterable[tuple[str, str]],
+    survey: ModelSurvey,
+    records: Sequence[Record],
+    target: str,
+    no_target: str = "",
 ) -> list[MissingGradient]:
     """Every output part of a module with a gradient hook (``hooks``: (path, kind) pairs) that got no gradient,
     and every call of a module with a ``grad_input`` hook whose inputs got none.
 
     Modules that did not run are left out: they have no forward record either, and the survey says so. ``target``
-    is what was differentiated, in words (``RunResult.target``).
+    is what was differentiated, in words (``RunResult.target``); ``no_target``, when no gradient was taken at all,
+    why (``RunResult.no_target``): then it is every part's reason.
     """
+    if no_target:
+        reason = f"no gradient was taken in this run: {no_target[0].lower()}{no_target[1:].rstrip('.')}"
+        missing = missing_gradients(hooks, survey, records, target)
+        return [MissingGradient(m.path, m.kind, m.call, m.leaf, reason) for m in missing]
     have = {(r.path, r.kind, r.call, r.leaf) for r in records}
     calls_with_input_grad = {(r.path, r.call) for r in records if r.kind == "grad_input"}
     missing = []

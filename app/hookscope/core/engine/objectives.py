@@ -34,11 +34,19 @@ from hookscope.core.engine.target_words import FORMS as FORMS
 from hookscope.core.engine.target_words import Objective as Objective
 from hookscope.core.engine.target_words import Target as Target
 from hookscope.core.engine.target_words import parse_target as parse_target
+from hookscope.core.engine.target_words import region_text
 
 if TYPE_CHECKING:
-    from hookscope.core.models.catalogue import LoadedModel
+    from hookscope.core.models.loaded import LoadedModel
 
 BACKGROUND = 0  # the class index torchvision's (VOC) and most segmentation heads give the background
+
+
+class NoObjective(RunError):
+    """This image's output holds nothing the target can be taken of: a detector that found no object, or fewer boxes
+    than the one asked for. Not a failure of the run: the forward pass and its records stand, no gradient is taken,
+    and the gradient panels and the export say this sentence (``RunResult.no_target``). A trained detector meets it
+    on an empty scene, an untrained one on almost every image; every frame of a video may differ."""
 
 
 # ---- what the output holds -----------------------------------------------------------------------------------
@@ -144,7 +152,8 @@ def segmentation_objective(
         sy, sx = logits.shape[2] / height, logits.shape[3] / width  # a head at a lower resolution
         rows = slice(int(y0 * sy), max(int(y0 * sy) + 1, round(y1 * sy)))
         cols = slice(int(x0 * sx), max(int(x0 * sx) + 1, round(x1 * sx)))
-        return logits[0, index, rows, cols].sum(), index, f"logits of class {index} ({name}) over {x0},{y0},{x1},{y1}"
+        described = f"logits of class {index} ({name}) over {region_text((x0, y0, x1, y1))}"
+        return logits[0, index, rows, cols].sum(), index, described
     mask = (predicted == index).to(logits.dtype)
     pixels = int(mask.sum())
     return (
@@ -160,9 +169,9 @@ def detection_objective(found: Mapping[str, torch.Tensor], objective: Objective)
     scores = found["scores"]
     index = 0 if objective.kind == "top1" else int(objective.index or 0)
     if not len(scores):
-        raise RunError("The model found no object in this image: there is no box to take the gradient of.")
+        raise NoObjective("The model found no object in this image: there is no box to take the gradient of.")
     if not 0 <= index < len(scores):
-        raise RunError(f"Box {index} does not exist: the model found {len(scores)} (box:0-box:{len(scores) - 1}).")
+        raise NoObjective(f"Box {index} does not exist: the model found {len(scores)} (box:0-box:{len(scores) - 1}).")
     return scores[index], index, f"score of box {index} (label {int(found['labels'][index])})"
 
 

@@ -53,6 +53,13 @@ class Objective:
         return self.kind in ("similar", "text")
 
 
+def region_text(region: tuple[int, int, int, int]) -> str:
+    """A rectangle of the input (x0, y0, x1, y1, pixels) in a person's words: "x 49-323, y 47-294", the two
+    ranges it spans, not four numbers in a row that read as one."""
+    x0, y0, x1, y1 = region
+    return f"x {x0}-{x1}, y {y0}-{y1}"
+
+
 Target = int | str | Objective  # a class index, "top1", any of --target's forms, or a parsed Objective
 
 

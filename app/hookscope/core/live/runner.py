@@ -31,9 +31,9 @@ from hookscope.core.engine.devices import resolve_device
 from hookscope.core.engine.floor import bare_run
 from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.objectives import with_reference
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.live.video import Frame, LatestFrame, VideoError, VideoRecorder, VideoSource
-from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.system.termination import Terminated
 
 BARE_WARMUP = 2  # untimed runs before the first bare phase: the allocator and the threads settle

@@ -29,8 +29,9 @@ import torch
 from torch import nn
 
 from hookscope.core.common.errors import ModelError
-from hookscope.core.models.catalogue import LoadedModel, check_model_name, load_model
+from hookscope.core.models.catalogue import check_model_name, load_model
 from hookscope.core.models.inputs import guess_preprocess
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.models.state_dicts import (
     ANSI_ESCAPE,
     first_line,

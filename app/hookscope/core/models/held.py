@@ -35,8 +35,10 @@ def held_model(
         return module
     if not isinstance(module, nn.Module):
         raise HookscopeError(f"Hookscope looks inside a torch.nn.Module; got {type(module).__name__}.")
+    origin = "as you gave it"
     if preprocess is None:
         preprocess, _ = guess_preprocess(module)
+        origin = ""  # a guess, as for a model file
     elif not isinstance(preprocess, Preprocess):
         transforms = getattr(preprocess, "transforms", None)
         if not callable(transforms):
@@ -48,6 +50,7 @@ def held_model(
         if categories is None and meta.get("categories"):
             categories = [str(c) for c in meta["categories"]]
         preprocess = Preprocess.from_torchvision(transforms())
+        origin = "the weights' own transforms"
     return LoadedModel(
         name=name or type(module).__name__,
         module=module,
@@ -56,4 +59,5 @@ def held_model(
         preprocess=preprocess,
         categories=list(categories) if categories is not None else None,
         source="object",
+        preprocess_origin=origin,
     )

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms import functional as F
 
 from hookscope.core.common.errors import ImageError
 
@@ -27,11 +25,23 @@ IMAGE_SUFFIXES: frozenset[str] = frozenset(
     {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 )
 
-_INTERPOLATIONS: dict[str, InterpolationMode] = {
-    "bilinear": InterpolationMode.BILINEAR,
-    "bicubic": InterpolationMode.BICUBIC,
-    "nearest": InterpolationMode.NEAREST,
-}
+_INTERPOLATIONS = ("bilinear", "bicubic", "nearest")  # torchvision's InterpolationMode values
+
+
+def _transforms() -> Any:
+    """torchvision's functional transforms, imported when a picture is first fitted: torchvision's import takes about
+    a second (it brings torch._dynamo), which ``hookscope.capture`` of a tensor on a model of one's own never needs."""
+    from torchvision.transforms import functional
+
+    return functional
+
+
+def _mode(name: str) -> Any:
+    from torchvision.transforms import InterpolationMode
+
+    return InterpolationMode(name)
+
+
 _PIL_RESAMPLING: dict[str, Image.Resampling] = {
     "bilinear": Image.Resampling.BILINEAR,
     "bicubic": Image.Resampling.BICUBIC,
@@ -250,11 +260,12 @@ class Preprocess:
         operation there would start a second OpenMP thread team, whose mere presence makes the model's own threads
         sleep between operations instead of waiting ready (ResNet-18's forward+backward a third slower).
         """
+        F = _transforms()
         wanted = "L" if self.channels == 1 else "RGB"
         img = image if image.mode == wanted else image.convert(wanted)
         if self.squash:
             side = self.resize or self.crop
-            img = F.resize(img, [side, side], interpolation=_INTERPOLATIONS[self.interpolation], antialias=True)
+            img = F.resize(img, [side, side], interpolation=_mode(self.interpolation), antialias=True)
             return img if side == self.crop else F.center_crop(img, [self.crop])
         if self.resize is not None:
             img = self._resize(img, self.resize)
@@ -290,7 +301,8 @@ class Preprocess:
         follows the model's input size whatever the aspect ratio; pictures up to that ratio take torchvision's path
         itself, exactly.
         """
-        mode = _INTERPOLATIONS[self.interpolation]
+        F = _transforms()
+        mode = _mode(self.interpolation)
         width, height = image.size
         short, long = min(width, height), max(width, height)
         new_long = int(resize * long / short) if short else 0  # torchvision's rounding
@@ -361,9 +373,7 @@ class Preprocess:
                 crop=side,
                 mean=tuple(float(v) for v in transforms.mean),
                 std=tuple(float(v) for v in transforms.std),
-                interpolation=interpolation.value
-                if isinstance(interpolation, InterpolationMode)
-                else str(interpolation),
+                interpolation=getattr(interpolation, "value", None) or str(interpolation),
             )
 
         def first(value: Any) -> int | None:
@@ -379,7 +389,7 @@ class Preprocess:
         if crop is None:
             raise ValueError("The torchvision transforms have no crop size.")
         interpolation = transforms.interpolation
-        name = interpolation.value if isinstance(interpolation, InterpolationMode) else str(interpolation)
+        name = getattr(interpolation, "value", None) or str(interpolation)  # an InterpolationMode, or its name
         mean = tuple(float(v) for v in transforms.mean)
         return cls(
             resize=first(transforms.resize_size),

@@ -3,9 +3,10 @@ catalogue, the Hub and the model files all make one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,6 +44,9 @@ class LoadedModel:
     task: str = "classification"  # "classification", "segmentation", "detection" or "embedding"
     # For CLIP-like models: a prompt's normalised (1, D) text embedding, for text:PROMPT targets; None otherwise.
     text_embedder: Callable[[str], torch.Tensor] | None = None
+    # Where the preprocessing came from, in words, when the source alone does not say (a model held in Python: "as
+    # you gave it", "the weights' own transforms"); "" otherwise.
+    preprocess_origin: str = ""
 
     @property
     def display_name(self) -> str:
@@ -59,21 +63,27 @@ class LoadedModel:
         pretrained weights were asked for but are not cached), "File: NAME" (a state_dict or pickled model, or a
         weights file loaded into the model) or "Built by FILE:FUNCTION (seed 0)" (a Python factory's own weights).
         """
+        if is_untrained(self.source, self.weights, self.pretrained):
+            return f"Random weights (seed {self.seed})"
         if self.source == "hub":
-            return f"Random weights (seed {self.seed})" if self.weights == "none" else "Pretrained (Hugging Face Hub)"
+            return "Pretrained (Hugging Face Hub)"
         if self.source in ("catalogue", "timm"):
-            if not self.pretrained or self.weights == "none":
-                return f"Random weights (seed {self.seed})"
             if self.weights == "default":
                 return "Pretrained (ImageNet, torchvision)" if self.source == "catalogue" else "Pretrained (timm)"
             return f"File: {Path(self.weights).name}"
         if self.source == "state_dict":
             return f"File: {Path(self.model_file or self.weights).name}"
         if self.source == "object":
-            return "Your model object, as you hold it"
+            return "Your model object"
         if self.weights not in ("", "none", "default"):  # a pickled model, or a weights file loaded into the model
             return f"File: {Path(self.weights).name}"
         return f"Built by {self.name} (seed {self.seed})"
+
+    @property
+    def title(self) -> str:
+        """The model's name as a page, a picture or the window titles it: "resnet18 (untrained: random weights,
+        seed 0)" when its weights are random (:func:`model_title`)."""
+        return model_title(self.describe(), self.display_name)
 
     def describe(self) -> dict:
         described = {
@@ -89,3 +99,29 @@ class LoadedModel:
         if self.task != "classification":  # classifiers' records stay as they were
             described["task"] = self.task
         return described
+
+
+def is_untrained(source: str, weights: str, pretrained: bool) -> bool:
+    """Whether a model's weights are random: a catalogue, timm or Hub model without its pretrained weights (asked
+    for with ``none``, or not in the cache). A model the caller holds (``object``), a file's or a factory's own
+    weights are never called untrained: Hookscope does not know how they were made."""
+    if source == "hub":
+        return weights == "none"
+    return source in ("catalogue", "timm") and (not pretrained or weights == "none")
+
+
+def model_title(model: Mapping[str, Any], name: str | None = None) -> str:
+    """``name`` (or the model's) as a title, saying so when its weights are random: "resnet18 (untrained: random
+    weights, seed 0)". ``model`` is what :meth:`LoadedModel.describe` records (scan.json's "model" too)."""
+    shown = str(name or model.get("name") or model.get("model") or "the model")
+    note = untrained_note(model)
+    return f"{shown} ({note})" if note else shown
+
+
+def untrained_note(model: Mapping[str, Any]) -> str:
+    """ "untrained: random weights, seed 0" for a model (as :meth:`LoadedModel.describe` records it) whose weights
+    are random; "" otherwise."""
+    untrained = is_untrained(
+        str(model.get("source", "catalogue")), str(model.get("weights", "")), bool(model.get("pretrained", True))
+    )
+    return f"untrained: random weights, seed {model.get('seed', 0)}" if untrained else ""

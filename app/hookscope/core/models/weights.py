@@ -31,14 +31,8 @@ import torch
 import torchvision
 
 from hookscope.core.common.errors import DownloadCancelled, ModelError, WeightsDownloadError
-from hookscope.core.models.catalogue import (
-    HF_PREFIX,
-    TIMM_PREFIX,
-    LoadedModel,
-    check_model_name,
-    default_weights_file,
-    load_model,
-)
+from hookscope.core.models.catalogue import check_model_name, default_weights_file, load_model
+from hookscope.core.models.loaded import HF_PREFIX, TIMM_PREFIX, LoadedModel
 
 WEIGHTS_URL_ENV = "HOOKSCOPE_WEIGHTS_URL"  # replaces the part of the address before the file name (mirrors)
 CHUNK_BYTES = 64 * 1024

@@ -45,10 +45,10 @@ from PIL import Image
 from hookscope.core.common.errors import HookscopeError, ImageError
 from hookscope.core.engine.capture import RunResult, Target
 from hookscope.core.engine.hooks import HookRegistry
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import ModuleInfo, module_tree
-from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.images import IMAGE_SUFFIXES, read_image
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.drop_behind import DropBehind
 from hookscope.core.outputs.export import write_run
 

@@ -1,7 +1,7 @@
 """``hookscope.capture``: one image through a model the caller holds, with hooks named in the tree's words, and
 what they saw as a :class:`Capture`.
 
-The run itself is the engine's one way to run an image (``engine.pipeline.run_image``), the same the window,
+The run itself is the engine's one way to run an image (``engine.run.run_image``), the same the window,
 ``export``, ``live`` and batches use, so a capture here and a capture there are the same arrays. Around it: the
 hooks are registered for the run and removed after it (the caller's own hooks are never touched), the model runs
 in eval mode on the device asked for and comes back in the mode and on the device it was lent in
@@ -33,7 +33,7 @@ from hookscope.core.engine.devices import resolve_device
 from hookscope.core.engine.hooks import HookRegistry, Record
 from hookscope.core.engine.lending import lent
 from hookscope.core.engine.objectives import Target
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import ModelSurvey, default_checks, module_tree
 from hookscope.core.models.held import held_model
 from hookscope.core.models.images import Preprocess, read_image

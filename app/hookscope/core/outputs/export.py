@@ -24,7 +24,7 @@ from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.hooks import GRADIENT_KINDS, Record
 from hookscope.core.engine.numeric import numeric_report
 from hookscope.core.engine.tree import ModuleInfo, module_tree
-from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.drop_behind import DropBehind
 from hookscope.core.pictures.compare import prediction_changes
 from hookscope.core.pictures.views import ChannelData, as_channels, grad_magnitude, mosaic

@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
 
     from hookscope.core.engine.hooks import HookRegistry
     from hookscope.core.engine.tree import ModelSurvey
-    from hookscope.core.models.catalogue import LoadedModel
     from hookscope.core.models.images import Preprocess
+    from hookscope.core.models.loaded import LoadedModel
     from hookscope.core.pictures.panels import PanelSettings
 
 SESSION_VERSION = 1

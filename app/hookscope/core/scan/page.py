@@ -18,6 +18,7 @@ from pathlib import Path
 from PIL import Image
 
 from hookscope.core.common.errors import HookscopeError
+from hookscope.core.models.loaded import model_title
 from hookscope.core.scan.results import BOX_DEFINITIONS, ModuleScan, PatchReader, ScanResult, module_folder_name
 
 THUMB = 160
@@ -122,7 +123,7 @@ def _write(target: Path, text: str) -> None:
 
 
 def _index_page(result: ScanResult, links: list[tuple[str, ModuleScan, str]]) -> str:
-    model = result.model.get("name") or result.model.get("model") or "the model"
+    model = model_title(result.model)  # "resnet18 (untrained: random weights, seed 0)": random weights said
     settings = result.settings
     rows = "".join(
         f'<tr><td><a href="{href}">{html.escape(path or "(model)")}</a></td><td>{module.channels} channels</td>'
@@ -143,9 +144,11 @@ def _index_page(result: ScanResult, links: list[tuple[str, ModuleScan, str]]) ->
 
 def _module_page(result: ScanResult, module: ModuleScan, pages: Path,
                  thumbnail: Callable[[int], tuple[str, int, int] | None]) -> str:  # fmt: skip
-    parts = [_head(f"{module.path or '(model)'}: what excites each channel"),
+    model = model_title(result.model)
+    parts = [_head(f"{module.path or '(model)'} of {model}: what excites each channel"),
              f'<p><a href="../{PAGE}">All modules</a></p>\n<h1>{html.escape(module.path or "(model)")}</h1>\n'
-             f'<p class="note">{module.channels} channels; boxes: {html.escape(module.boxes or "none")} '
+             f'<p class="note">{html.escape(module.path or "The whole model")} of {html.escape(model)}: '
+             f'{module.channels} channels; boxes: {html.escape(module.boxes or "none")} '
              f"({html.escape(BOX_DEFINITIONS.get(module.boxes or '', 'not computed'))}).</p>\n"]  # fmt: skip
     for channel, entries in enumerate(module.top):
         figures = []

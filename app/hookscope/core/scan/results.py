@@ -33,9 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
+from PIL.PngImagePlugin import PngInfo
 
 from hookscope.core.common.errors import HookscopeError, ImageError
 from hookscope.core.models.images import read_image
+from hookscope.core.models.loaded import model_title, untrained_note
 from hookscope.core.outputs.batch import write_json_atomically
 
 SCAN_FILE = "scan.json"
@@ -420,6 +422,21 @@ def module_folder_name(path: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in path) or "(model)"
 
 
+NOTE_HEIGHT = 14  # the line above a strip of an untrained model's channel: "untrained: random weights, seed 0"
+
+
+def _with_note(strip: np.ndarray, note: str) -> np.ndarray:
+    """``strip`` under a line saying ``note`` (that the model's weights are random), as much of it as fits."""
+    picture = Image.new("RGB", (strip.shape[1], strip.shape[0] + NOTE_HEIGHT), (255, 255, 255))
+    picture.paste(Image.fromarray(strip), (0, NOTE_HEIGHT))
+    draw = ImageDraw.Draw(picture)
+    font = ImageFont.load_default()
+    words = [note, note.partition(",")[0], note.partition(":")[0]]  # shorter forms for a narrow strip
+    fitting = next((w for w in words if draw.textlength(w, font=font) <= strip.shape[1] - 4), words[-1])
+    draw.text((2, 1), fitting, fill=(170, 0, 0), font=font)
+    return np.asarray(picture)
+
+
 def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
                  progress: Callable[[int, int], None] | None = None,
                  cancelled: Callable[[], bool] | None = None) -> int:  # fmt: skip
@@ -427,6 +444,7 @@ def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
     ``out_dir``/png/MODULE/channel-0007.png. Returns the count."""
     reader = PatchReader(result)
     total = sum(m.channels for m in result.modules.values())
+    title, note = model_title(result.model), untrained_note(result.model)
     written = 0
     for path, module in result.modules.items():
         folder = Path(out_dir) / "png" / module_folder_name(path)
@@ -439,7 +457,11 @@ def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
                 return written
             target = folder / f"channel-{channel:04d}.png"
             try:
-                Image.fromarray(reader.strip(path, channel, size)).save(target)
+                strip = reader.strip(path, channel, size)
+                picture = Image.fromarray(_with_note(strip, note) if note else strip)
+                info = PngInfo()  # the model, as the page titles it, in the file's own Title
+                info.add_text("Title", f"{path or '(model)'} channel {channel} of {title}")
+                picture.save(target, pnginfo=info)
             except OSError as error:
                 target.unlink(missing_ok=True)  # no half-written strip left behind
                 raise HookscopeError(f"Cannot write '{target}': {error.strerror or error}.",

@@ -58,8 +58,8 @@ from torch import nn
 from hookscope.core.common.errors import HookscopeError, ImageError
 from hookscope.core.engine.memory_fit import activation_bytes
 from hookscope.core.engine.structure import tensor_leaves
-from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.images import Preprocess, probe_image, read_image
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import READ_AHEAD, read_ahead, write_json_atomically
 from hookscope.core.scan.fields import Field, receptive_fields
 from hookscope.core.scan.results import (

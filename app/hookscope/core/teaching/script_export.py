@@ -30,9 +30,10 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
 from hookscope.core.engine.interventions import Intervention
 from hookscope.core.engine.objectives import parse_target
-from hookscope.core.models.catalogue import TIMM_PREFIX, LoadedModel
+from hookscope.core.models.catalogue import TIMM_PREFIX
 from hookscope.core.models.files import split_factory
 from hookscope.core.models.images import Preprocess
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.export import ARCHIVES as EXPORT_ARCHIVES
 from hookscope.core.teaching.snippets import module_expression, one_line
 

@@ -171,6 +171,10 @@ class GradCamFeature:
             self.image_item.clear()
             self.note.setText("")
             self.title.setText(PROMPT)
+        elif self.path is not None:  # the old model's map goes; the new model's comes with its first run
+            self.cam = None
+            self.image_item.clear()
+            self.title.setText(f"Grad-CAM of {self.path}: waiting for the run…")
 
     def _on_target_changed(self, _target: object) -> None:
         if self.path is not None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.images import Preprocess
 from hookscope.core.models.inputs import describe_requirements, first_conv_channels
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.ui.dialogs.input_dialog import ask_input
 from hookscope.ui.host import Host
 from hookscope.ui.state.requests import LoadOutcome
@@ -78,10 +78,13 @@ class InputSettingsFeature:
             origin = "the repo's image processor"
         elif loaded.source in KNOWN_TRANSFORMS:
             origin = "the weights' own transforms"
+        elif loaded.preprocess_origin:  # a model held in Python, its preprocessing given
+            origin = loaded.preprocess_origin
         else:
             origin = "a guess for a model file: check it with Input…"
         self.requirements.setText(f"Model input: {describe_requirements(loaded.preprocess)} ({origin})")
-        self.button.setText("Input…" if loaded.source in KNOWN_TRANSFORMS else "Input… (guessed)")
+        known = loaded.source in KNOWN_TRANSFORMS or bool(loaded.preprocess_origin)
+        self.button.setText("Input…" if known else "Input… (guessed)")
 
     # ---- the dialog ----------------------------------------------------------------------------------------
     def ask_input(self, loaded: LoadedModel) -> Preprocess | None:

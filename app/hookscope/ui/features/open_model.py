@@ -22,8 +22,9 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.pipeline import ModelSource, open_model
-from hookscope.core.models.catalogue import LoadedModel, default_categories
+from hookscope.core.models.catalogue import default_categories
 from hookscope.core.models.files import MODEL_FILE_SUFFIXES, ArchitectureRequired, TrustRequired, split_factory
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.ui.actions.specs import ActionSpec
 from hookscope.ui.dialogs.architecture_dialog import ArchitectureFit, architectures_that_fit, ask_architecture
 from hookscope.ui.dialogs.trust_dialog import ask_trust

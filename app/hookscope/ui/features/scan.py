@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.models.catalogue import LoadedModel
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.pictures.panels import PanelPicture
 from hookscope.core.pictures.views import sort_order

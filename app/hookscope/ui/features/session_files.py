@@ -24,8 +24,8 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.devices import available_devices
 from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.engine.tree import ModelSurvey
-from hookscope.core.models.catalogue import LoadedModel
 from hookscope.core.models.files import TrustRequired
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.export import write_run
 from hookscope.core.outputs.session import (
     KNOWN_KINDS,

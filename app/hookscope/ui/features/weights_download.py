@@ -31,7 +31,8 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushBu
 
 from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.models import hub as hub_models
-from hookscope.core.models.catalogue import TIMM_PREFIX, LoadedModel, default_weights_file
+from hookscope.core.models.catalogue import TIMM_PREFIX, default_weights_file
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.models.weights import (
     WEIGHTS_URL_ENV,
     DownloadCancelled,

@@ -29,8 +29,9 @@ from hookscope.core.engine.hooks import GRADIENT_KINDS, HookInfo, HookKind, Hook
 from hookscope.core.engine.interventions import Intervention
 from hookscope.core.engine.objectives import parse_target
 from hookscope.core.engine.tree import NOT_RUN_REASON, ModuleInfo, default_checks, module_tree
-from hookscope.core.models.catalogue import DEFAULT_MODEL, LoadedModel
+from hookscope.core.models.catalogue import DEFAULT_MODEL
 from hookscope.core.models.images import Preprocess
+from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.pictures.panels import PanelSettings
 from hookscope.ui.state.image_queue import ImageQueue
 from hookscope.ui.state.requests import (

@@ -183,12 +183,25 @@ class InputPanel(QWidget):
             high = float(saliency.max()) if saliency.size else 0.0
             self.saliency_item.setImage(saliency, autoLevels=False, levels=(0.0, high if high > 0 else 1.0))
             self.saliency_item.setRect(0, 0, rgb.shape[1], rgb.shape[0])
+            self.saliency_item.setVisible(self.saliency_box.isChecked())
         self.saliency_box.setEnabled(saliency is not None)
         self.name.setText(name)
         self.name.setToolTip(name)
         self._box.image_size = (int(rgb.shape[1]), int(rgb.shape[0]))
         if shape_changed:  # fitted to the image alone: the mask of the previous size is not re-placed yet
             self._box.autoRange(padding=0.01, items=[self.image_item])
+
+    def clear_results(self) -> None:
+        """Nothing of a model's run over the image: no mask, boxes, region or saliency (another model was loaded;
+        its own run draws them again)."""
+        self.show_mask(None)
+        self.mask_item.clear()
+        self.detections.clear()
+        self.set_regions_enabled(False)
+        self.show_region(None)
+        self.saliency_item.clear()
+        self.saliency_item.setVisible(False)
+        self.saliency_box.setEnabled(False)
 
     def show_mask(self, classes: np.ndarray | None, lut: np.ndarray | None = None) -> None:
         """A segmentation model's predicted class map (H, W) over the image, coloured by ``lut`` ((K, 4) RGBA by

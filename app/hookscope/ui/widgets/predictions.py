@@ -383,6 +383,24 @@ class PredictionsPanel(QWidget):
             "Click a class to take gradients of its score." if top5 else "This model's output is not class scores."
         )
 
+    def clear_results(self, task: str, text: str) -> None:
+        """Nothing of a run: no class, no mask's classes, no count or score, and ``text`` on the target line (what
+        is awaited, or why nothing came). For a model of ``task`` just loaded, before its first run."""
+        for row in self.rows:
+            row.show_prediction(None, False)
+        self.show_changes([])
+        self.show_side_by_side(None)
+        self.legend.clear()
+        self.detection.count.setText("")
+        self.similarity.show_score("")
+        self.show_task(task)
+        self.show_message(text)
+
+    def show_message(self, text: str) -> None:
+        """``text`` on the target line instead of a run's target (nothing of a run is on screen)."""
+        self.target_label.setText(text)
+        self.target_label.setToolTip(text)
+
     def _use_class(self) -> None:
         """The class typed in: its logit for a classifier, its pixels (class:C) for a segmentation model."""
         index = int(self.class_box.value())

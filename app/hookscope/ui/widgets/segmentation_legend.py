@@ -168,6 +168,13 @@ class SegmentationLegend(QWidget):
         if rest:
             self.more.setText(f"and {len(rest)} more classes ({sum(s.share for s in rest):.1%} of the pixels)")
 
+    def clear(self) -> None:
+        """No classes listed (another model was loaded; its run lists its own)."""
+        self.shares = []
+        for row in self.rows:
+            row.show_class(None, (0, 0, 0), False)
+        self.more.setVisible(False)
+
     @property
     def texts(self) -> list[str]:
         return [f"{row.label.text()} {row.share.text()}" for row in self.rows if not row.isHidden()]

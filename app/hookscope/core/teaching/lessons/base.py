@@ -22,7 +22,7 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.capture import RunResult, _objective
 from hookscope.core.engine.hooks import HookInfo, HookKind, HookRegistry
 from hookscope.core.engine.interventions import Intervention
-from hookscope.core.engine.pipeline import run_image
+from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import survey
 from hookscope.core.teaching.lessons.networks import (
     SMALL_CODE,

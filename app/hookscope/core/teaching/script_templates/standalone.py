@@ -444,7 +444,7 @@ def objective_of(output, target):
             sy, sx = logits.shape[2] / height, logits.shape[3] / width
             rows = slice(int(y0 * sy), max(int(y0 * sy) + 1, round(y1 * sy)))
             cols = slice(int(x0 * sx), max(int(x0 * sx) + 1, round(x1 * sx)))
-            return logits[0, c, rows, cols].sum(), c, f"logits of class {c} over {x0},{y0},{x1},{y1}"
+            return logits[0, c, rows, cols].sum(), c, f"logits of class {c} over x {x0}-{x1}, y {y0}-{y1}"
         predicted = logits.detach()[0].argmax(dim=0)
         if c is None:  # top1: the class predicted on the most pixels, the background (class 0) aside if any other is
             counts = torch.bincount(predicted.flatten(), minlength=logits.shape[1])
