@@ -24,7 +24,7 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
-from hookscope.core.scan.results import ScanSettings
+from hookscope.core.scan.results import LABEL_HEIGHT, NOTE_HEIGHT, ScanSettings
 from hookscope.core.scan.scanner import (
     CHECKPOINT_FILE,
     NO_IMAGE,
@@ -422,7 +422,8 @@ def test_cli_writes_scan_json_and_png_strips(folder, tmp_path, capsys):
     assert data["modules"]["layer2"]["top"][0][0]["box"] is None  # --no-boxes
     strips = sorted((out / "png" / "layer2").glob("channel-*.png"))
     assert len(strips) == 128 and len(list((out / "png" / "layer1.0.conv1").glob("*.png"))) == 64
-    assert Image.open(strips[0]).size == (2 * 96 + 2, 96 + 28)  # each patch with its score and file name under it
+    # each patch with its score and file name under it, under the line that says the weights are random
+    assert Image.open(strips[0]).size == (2 * 96 + 2, NOTE_HEIGHT + 96 + LABEL_HEIGHT)
     assert "-> " in captured.out and "192 PNG strips" in captured.out
 
 

@@ -759,6 +759,8 @@ class Workspace(QObject):
         survey = self.last.result.survey if self.last is not None else None
         if survey is not None and not survey.run_of(path).ran:
             return f"No record: this module {NOT_RUN_REASON}."
+        if kind in GRADIENT_KINDS and self.last is not None and self.last.result.no_target:
+            return f"No gradient taken in this run: {self.last.result.no_target}"  # the whole run's one reason
         if kind in GRADIENT_KINDS:
             where = "input" if kind == "grad_input" else "output"
             missing = self.last.result.no_gradient if self.last is not None else []
