@@ -14,6 +14,7 @@ The splash is PyInstaller's bootloader splash (Tcl/Tk, drawn before Python start
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import shutil
 import socket
@@ -131,12 +132,16 @@ def show_native_error(title: str, message: str) -> bool:
         if display_problem() is not None:
             return False
         for command in (
-            ["zenity", "--error", "--no-wrap", f"--title={title}", f"--text={message}"],
+            # zenity wraps at the given width, so install lines and the log's path are read whole
+            ["zenity", "--error", "--width=560", f"--title={title}", f"--text={message}"],
             ["kdialog", "--title", title, "--error", message],
             ["xmessage", "-center", f"{title}: {message}"],
         ):
             if shutil.which(command[0]):
-                return subprocess.run(command, capture_output=True).returncode in (0, 1)
+                # On its own, in a session of its own: this process ends now, the box stays until it is closed.
+                subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                return True
     except (OSError, AttributeError, ValueError):
         return False
     return False
@@ -144,6 +149,88 @@ def show_native_error(title: str, message: str) -> bool:
 
 def _applescript(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# The packages that hold each library Qt's xcb window plugin loads, on Debian and Ubuntu and on Fedora (by soname):
+# what a message names when ``ldd`` finds one missing. A library not listed here is named by its soname alone.
+XCB_PACKAGES: dict[str, tuple[str, str]] = {
+    "libxcb-cursor.so.0": ("libxcb-cursor0", "xcb-util-cursor"),
+    "libxcb-icccm.so.4": ("libxcb-icccm4", "xcb-util-wm"),
+    "libxcb-image.so.0": ("libxcb-image0", "xcb-util-image"),
+    "libxcb-keysyms.so.1": ("libxcb-keysyms1", "xcb-util-keysyms"),
+    "libxcb-render-util.so.0": ("libxcb-render-util0", "xcb-util-renderutil"),
+    "libxcb-util.so.1": ("libxcb-util1", "xcb-util"),
+    "libxcb.so.1": ("libxcb1", "libxcb"),
+    "libxcb-randr.so.0": ("libxcb-randr0", "libxcb"),
+    "libxcb-render.so.0": ("libxcb-render0", "libxcb"),
+    "libxcb-shape.so.0": ("libxcb-shape0", "libxcb"),
+    "libxcb-shm.so.0": ("libxcb-shm0", "libxcb"),
+    "libxcb-sync.so.1": ("libxcb-sync1", "libxcb"),
+    "libxcb-xfixes.so.0": ("libxcb-xfixes0", "libxcb"),
+    "libxcb-xinerama.so.0": ("libxcb-xinerama0", "libxcb"),
+    "libxcb-xinput.so.0": ("libxcb-xinput0", "libxcb"),
+    "libxcb-xkb.so.1": ("libxcb-xkb1", "libxcb"),
+    "libxkbcommon-x11.so.0": ("libxkbcommon-x11-0", "libxkbcommon-x11"),
+    "libxkbcommon.so.0": ("libxkbcommon0", "libxkbcommon"),
+    "libX11-xcb.so.1": ("libx11-xcb1", "libX11-xcb"),
+    "libX11.so.6": ("libx11-6", "libX11"),
+    "libEGL.so.1": ("libegl1", "libglvnd-egl"),
+    "libOpenGL.so.0": ("libopengl0", "libglvnd-opengl"),
+    "libGLX.so.0": ("libglx0", "libglvnd-glx"),
+    "libfontconfig.so.1": ("libfontconfig1", "fontconfig"),
+    "libfreetype.so.6": ("libfreetype6", "freetype"),
+    "libdbus-1.so.3": ("libdbus-1-3", "dbus-libs"),
+    "libGL.so.1": ("libgl1", "libglvnd-glx"),
+    "libGLdispatch.so.0": ("libglvnd0", "libglvnd"),
+    "libglib-2.0.so.0": ("libglib2.0-0", "glib2"),
+    "libgthread-2.0.so.0": ("libglib2.0-0", "glib2"),
+    "libXau.so.6": ("libxau6", "libXau"),
+    "libXdmcp.so.6": ("libxdmcp6", "libXdmcp"),
+    "libpng16.so.16": ("libpng16-16", "libpng"),
+    "libexpat.so.1": ("libexpat1", "expat"),
+}
+
+
+def xcb_plugin() -> Path | None:
+    """Qt's X11 window plugin (``libqxcb.so``) as this installation has it: PySide6's, or a bundle's copy. Found
+    without importing Qt (it may be what fails)."""
+    roots = [Path(sys._MEIPASS) / "PySide6"] if hasattr(sys, "_MEIPASS") else []
+    spec = importlib.util.find_spec("PySide6")
+    roots += [Path(folder) for folder in (spec.submodule_search_locations or [])] if spec is not None else []
+    for root in roots:
+        for plugin in (
+            root / "Qt" / "plugins" / "platforms" / "libqxcb.so",
+            root / "plugins" / "platforms" / "libqxcb.so",
+        ):
+            if plugin.is_file():
+                return plugin
+    return None
+
+
+def missing_libraries(binary: Path) -> list[str]:
+    """The libraries ``binary`` needs, directly or through the libraries it loads, that the system cannot find, as
+    ``ldd`` reports them ("libxcb-icccm.so.4 => not found"); empty when none is missing or ``ldd`` cannot say."""
+    try:
+        done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    missing = [line.split("=>")[0].strip() for line in done.stdout.splitlines() if "=> not found" in line]
+    return list(dict.fromkeys(missing))
+
+
+def install_advice(missing: list[str]) -> str:
+    """One install line per family of Linux for ``missing`` sonames: "Debian and Ubuntu: sudo apt-get install ...;
+    Fedora: sudo dnf install ..."; a library without a known package is named as it is."""
+    known = [XCB_PACKAGES[name] for name in missing if name in XCB_PACKAGES]
+    unknown = [name for name in missing if name not in XCB_PACKAGES]
+    parts = []
+    if known:
+        debian = " ".join(dict.fromkeys(debian for debian, _ in known))
+        fedora = " ".join(dict.fromkeys(fedora for _, fedora in known))
+        parts.append(f"Debian and Ubuntu: sudo apt-get install {debian}; Fedora: sudo dnf install {fedora}")
+    if unknown:
+        parts.append(f"and the packages that hold {', '.join(unknown)}")
+    return " ".join(parts)
 
 
 def cursor_library_bundled() -> bool:
@@ -160,6 +247,14 @@ def qt_fatal_summary(message: str, notes: list[str]) -> str:
         return (
             f"Qt could not connect to the display '{display}': start Hookscope from your desktop, or check "
             "the installation without a window with 'hookscope --self-test'."
+        )
+    plugin = xcb_plugin() if "xcb" in said else None
+    missing = missing_libraries(plugin) if plugin is not None else []
+    if missing:  # what ldd reads from the plugin: the libraries really missing, not the one Qt always names
+        return (
+            f"Qt's window plugin cannot load: {'this library is' if len(missing) == 1 else 'these libraries are'} "
+            f"missing: {', '.join(missing)}. Install {'it' if len(missing) == 1 else 'them'} once "
+            f"({install_advice(missing)}) and start Hookscope again."
         )
     if "xcb-cursor0 or libxcb-cursor0 is needed" in said and not cursor_library_bundled():
         return (
