@@ -350,3 +350,21 @@ def test_a_background_recorder_draws_and_writes_off_the_callers_thread(loaded, v
     recorder = BackgroundRecorder(tmp_path / "missing.avi", 10.0, SeenView("layer4", "forward"))
     recorder.add(results[0][0], shown[0], results[0][1])
     assert recorder.close() == 1 and "has no layer4 (Activations) to record" in recorder.problem
+
+
+def test_live_plays_the_whole_file_by_default_and_measures_only_when_asked(videos):
+    """``hookscope live --video FILE`` is a viewer: it plays every frame of the file through the hooks and says what
+    it did; no silent runs of the model alone, no ratio, no "ended after N of the frames asked for" when no count
+    was asked for. ``--measure`` is the benchmark."""
+    done = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer1", "--unpaced")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # the whole file: frame 0 runs first, untimed (it surveys the model), then the other 11 are timed
+    assert lines[1].startswith("processed 11 frames in ") and "dropped 0" in lines[1]
+    assert "model alone" not in done.stdout and "processed/model" not in done.stdout
+    assert "frames asked for" not in done.stderr and "Traceback" not in done.stderr
+    measured = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer1", "--unpaced", "--frames", "3",
+                         "--measure")  # fmt: skip
+    assert measured.returncode == 0, measured.stderr
+    assert "model alone (forward+backward, median of 10 runs)" in measured.stdout  # 5 before and 5 after
+    assert "processed/model " in measured.stdout

@@ -1,5 +1,5 @@
-"""``hookscope live``: a video file or a camera through the hooked model, frame after frame, measured against the model
-alone (``hookscope.core.live``). ``export --video`` (the captures of a range of a file's frames) is in ``hookscope.cli.export``.
+"""``hookscope live``: a video file or a camera through the hooked model, frame after frame; with ``--measure``, against
+the model alone (``hookscope.core.live``). ``export --video`` (the captures of a range of a file's frames) is in ``hookscope.cli.export``.
 
 Errors a user can cause are one line and exit 2, as everywhere in the command line; Ctrl-C and SIGTERM stop a live
 run with one line, after saying what it processed.
@@ -24,12 +24,14 @@ from hookscope.cli.common import (
 )
 from hookscope.core.common.errors import HookscopeError
 
+BARE_RUNS = 5  # --measure's runs of the model alone before and after the frames, when --bare-runs does not say
+
 
 def build_live_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hookscope live",
-        description="Run a video file (or a camera) through the hooked model frame after frame, the newest frame "
-        "winning when the model is slower than the source, and print the processed frames per second next to the "
+        description="Play a video file (or a camera) through the hooked model frame after frame, the newest frame "
+        "winning when the model is slower than the source, and say what was processed; with --measure, next to the "
         "model's own forward+backward rate, measured in the same run.",
     )
     add_model_options(parser)
@@ -44,16 +46,21 @@ def build_live_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--target", type=target_argument, default="top1", help="'top1' or a class index for the gradient"
     )
-    parser.add_argument("--frames", type=positive_int, default=100, metavar="N",
-                        help="frames to run through the hooks, or fewer when the file ends first (default: 100)")  # fmt: skip
+    parser.add_argument("--frames", type=positive_int, metavar="N",
+                        help="frames to run through the hooks, or fewer when the file ends first (default: the whole "
+                        "file; a camera, or --loop, until Ctrl-C)")  # fmt: skip
     parser.add_argument(
         "--unpaced", action="store_true",
         help="read the file as fast as the model takes frames, none dropped, instead of at its own frame rate "
         "(as a camera gives them, the newest winning)",
     )  # fmt: skip
     parser.add_argument("--loop", action="store_true", help="play the file again from the start when it ends")
-    parser.add_argument("--bare-runs", type=positive_int, default=5, metavar="K",
-                        help="runs of the model alone before and after the hooked frames (default: 5)")  # fmt: skip
+    parser.add_argument("--measure", action="store_true",
+                        help="the benchmark: also time the model alone before and after the frames (--bare-runs) and "
+                        "print the processed rate against it")  # fmt: skip
+    parser.add_argument("--bare-runs", type=positive_int, metavar="K",
+                        help="with --measure (giving it measures): runs of the model alone before and after the hooked "
+                        f"frames (default: {BARE_RUNS})")  # fmt: skip
     parser.add_argument(
         "--record", metavar="OUT.mp4",
         help="write what was seen as a video (.mp4 or .avi): the input as the model sees it with --record-layer's "
@@ -128,10 +135,12 @@ def run_live(args: argparse.Namespace) -> int:
         assert recorder is not None  # only called with --record
         recorder.add(frame.index, seen_picture(loaded, result, *panel))
 
+    measure = args.measure or args.bare_runs is not None
     try:
         with sigterm_raises():  # kill PID stops the run as Ctrl-C does: the hooks go, the rates so far are printed
             report = live_run(loaded, source, register, frames=args.frames, paced=not args.unpaced, loop=args.loop,
-                              device=args.device, target=args.target, bare_runs=args.bare_runs,
+                              device=args.device, target=args.target,
+                              bare_runs=(args.bare_runs or BARE_RUNS) if measure else 0,
                               on_result=record if recorder is not None else None,
                               on_start=lambda: print(f"hookscope: playing {source.info.name} through the hooks; "
                                                      "Ctrl-C stops", file=sys.stderr, flush=True))  # fmt: skip
@@ -147,19 +156,19 @@ def run_live(args: argparse.Namespace) -> int:
         memory = ""
         if report.rss_mb:
             memory = f"; memory {report.rss_mb[0]:.0f} -> {report.rss_mb[1]:.0f} MB"
-        alone, drift = model_alone_text(*report.bare_phases)
+        alone, drift = model_alone_text(*report.bare_phases) if measure else ("", None)
+        against = f"{alone}; processed/model {report.ratio:.3f}; " if measure else ""
         print(
             f"processed {report.frames} frames in {report.seconds:.2f} s: {report.processed_fps:.2f} fps "
             f"(source delivered {report.read} at {report.source_fps:.2f} fps, dropped {report.dropped}); "
-            f"{alone}; processed/model {report.ratio:.3f}; hooked forward+backward median "
-            f"{statistics.median(report.hooked_ms):.1f} ms{memory}"
+            f"{against}hooked forward+backward median {statistics.median(report.hooked_ms):.1f} ms{memory}"
         )
         if drift is not None:
             print(f"hookscope: {drift}", file=sys.stderr)
         remedy = "--unpaced" if args.video else None  # a camera has its own rate
         bound = (
             None
-            if args.unpaced
+            if args.unpaced or not measure
             else source_bound_text(report.processed_fps, report.source_fps, report.engine_fps, remedy)
         )
         if bound is not None:
@@ -174,7 +183,7 @@ def run_live(args: argparse.Namespace) -> int:
         return SIGTERM_EXIT if report.ended_by == "SIGTERM" else 130
     if report.ended_by == "end" and not report.frames:
         raise HookscopeError(f"'{info.name}' gave no frame to run.")
-    if report.ended_by == "end" and report.frames < args.frames:
+    if report.ended_by == "end" and args.frames is not None and report.frames < args.frames:
         print(
             f"hookscope: the source ended after {report.frames} of the {args.frames} frames asked for", file=sys.stderr
         )

@@ -294,7 +294,7 @@ def live_run(
     source: VideoSource,
     register: Callable[[HookRegistry], object],
     *,
-    frames: int,
+    frames: int | None,
     paced: bool = True,
     loop: bool = False,
     device: str = "cpu",
@@ -303,8 +303,9 @@ def live_run(
     on_result: Callable[[Frame, RunResult], object] | None = None,
     on_start: Callable[[], object] | None = None,
 ) -> LiveReport:
-    """Run up to ``frames`` frames of ``source`` through ``loaded.module`` with the hooks ``register`` adds to a
-    fresh registry, and time the model alone for ``bare_runs`` runs before and after.
+    """Run up to ``frames`` frames of ``source`` (None: until it ends, or until Ctrl-C) through ``loaded.module`` with
+    the hooks ``register`` adds to a fresh registry, and time the model alone for ``bare_runs`` runs before and after
+    (0: no timing of the model alone, as ``hookscope live`` plays a file unless asked to ``--measure``).
 
     The source's first frame is read here, for the model-alone runs and the untimed first hooked run (it surveys
     the model); only then does the source start playing on its own thread (:class:`LatestFrame`, ``paced``: a file
@@ -334,8 +335,9 @@ def live_run(
         model.to(dev)
         x = frame_input(loaded, first).to(dev)
         report.input_shape = tuple(x.shape)
-        _bare_phase(model, x, BARE_WARMUP)
-        report.bare_ms += _bare_phase(model, x, bare_runs)
+        if bare_runs:  # measuring: the allocator and the threads settle, then the model alone is timed
+            _bare_phase(model, x, BARE_WARMUP)
+            report.bare_ms += _bare_phase(model, x, bare_runs)
         report.bare_before = len(report.bare_ms)
         registry = HookRegistry(model)
         register(registry)
@@ -350,7 +352,7 @@ def live_run(
         frozen = True
         start = time.perf_counter()
         rss_start = resident_mb()
-        while report.frames < frames:
+        while frames is None or report.frames < frames:
             frame = stream.take()
             if frame is None:
                 report.ended_by = "end"
