@@ -165,6 +165,12 @@ def test_in_the_window_a_tile_click_shows_the_top_images_under_the_channel_view(
     assert dock.isVisible() and window.dock("channel").isVisible()
     assert window.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea
     assert dock in window.tabifiedDockWidgets(window.dock("channel"))  # a tab beside the channel view, under the cards
+    # after a scan, the click brings the Top images to the front (issue 44, item 9): the tab in front is theirs
+    from PySide6.QtWidgets import QTabBar
+
+    bars = [bar for bar in window.findChildren(QTabBar) if {bar.tabText(i) for i in range(bar.count())} >= {"Channel",
+            "Top images"}]  # fmt: skip
+    assert len(bars) == 1 and bars[0].tabText(bars[0].currentIndex()) == "Top images"
     assert len(feature.entries) == 6
 
 

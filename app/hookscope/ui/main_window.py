@@ -562,9 +562,11 @@ class MainWindow(QMainWindow):
         """The channel view for one tile: the map large, its histogram and statistics, the overlay."""
         last = self.workspace.last
         self.channel_view.show_channel(picture, channel, last.input_display if last is not None else None)
+        self.show_dock("channel")
+        # Then the features: a view of theirs that follows the channel (a scan's Top images, tabbed with the Channel
+        # view) comes to the front when it has something to show, rather than staying behind the map it completes.
         for listener in self._channel_listeners:
             listener(picture, channel)
-        self.show_dock("channel")
 
     def card_room(self) -> int:
         """The least height the card area keeps: 40% of the window, at least 320 px, in a window tall enough."""
