@@ -50,6 +50,7 @@ from hookscope.ui.actions.builtin import builtin_actions
 from hookscope.ui.actions.specs import ActionSpec, MenuBuilder
 from hookscope.ui.features import FEATURES
 from hookscope.ui.host import ChannelListener, DockSpec, DropHandler, ModuleMenuEntries, TileMenuEntries
+from hookscope.ui.qimages import qimage_array
 from hookscope.ui.state.image_queue import push_recent
 from hookscope.ui.state.requests import ImageSource, LoadOutcome, RunOutcome
 from hookscope.ui.state.settings import app_settings, read_list
@@ -83,12 +84,8 @@ FRAME_LINES_EVERY_S = 1.0  # a playing video's run renews the timings line at mo
 
 
 def qimage_to_pil(image: QImage) -> Image.Image:
-    """Clipboard or dropped pixels as an RGB PIL image (rows copied without Qt's line padding)."""
-    rgb = image.convertToFormat(QImage.Format.Format_RGB888)
-    width, height, stride = rgb.width(), rgb.height(), rgb.bytesPerLine()
-    buffer = np.frombuffer(rgb.constBits(), dtype=np.uint8, count=stride * height)
-    pixels = buffer.reshape(height, stride)[:, : width * 3].reshape(height, width, 3).copy()
-    return Image.fromarray(pixels, mode="RGB")
+    """Clipboard or dropped pixels as an RGB PIL image."""
+    return Image.fromarray(qimage_array(image, alpha=False), mode="RGB")
 
 
 class MainWindow(QMainWindow):

@@ -31,24 +31,24 @@ import numpy as np
 import torch
 from PIL import Image
 from PySide6.QtCore import QEventLoop, QTimer
-from PySide6.QtGui import QGuiApplication, QImage
+from PySide6.QtGui import QGuiApplication
 from torch import nn
 
 from hookscope.core.common.errors import HookscopeError, ImageError
-from hookscope.core.common.vocabulary import HOOK_WORDS, KINDS
+from hookscope.core.common.vocabulary import COLUMN_ORDER, KINDS, WORD_OF_KIND
 from hookscope.core.engine.lending import LentModel
 from hookscope.core.models.held import held_model
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.capture import DEFAULT_WORDS, Capture, hook_pairs
 from hookscope.ui.app import Window, make_window, viewer_application
+from hookscope.ui.qimages import qimage_array
 from hookscope.ui.state.requests import ImageSource
 from hookscope.ui.state.worker import CLOSE_WAIT_MS, model_pool
 from hookscope.ui.state.workspace import HeldStart, Workspace
 
 __all__ = ["Viewer", "run"]
 
-COLUMN_ORDER = (*HOOK_WORDS.values(), *(kind for kind in KINDS if kind not in HOOK_WORDS.values()))  # the tree's
 WAIT_S = 300.0  # how long capture() and the API's ticks wait for a load or a run (a big model on a CPU)
 Words = str | Iterable[str]
 
@@ -150,12 +150,11 @@ class Viewer:
     def checked(self) -> dict[str, list[str]]:
         """The ticked modules and their columns, in the tree's words: ``{"layer1": ["act", "grad"]}``."""
         ticked = self.workspace.ticked_pairs()
-        words = {kind: word for word, kind in HOOK_WORDS.items()}
         out: dict[str, list[str]] = {}
         for path in self._paths:
             kinds = [kind for kind in COLUMN_ORDER if (path, kind) in ticked]
             if kinds:
-                out[path] = [words.get(kind, kind) for kind in kinds]
+                out[path] = [WORD_OF_KIND.get(kind, kind) for kind in kinds]
         return out
 
     # ---- images ---------------------------------------------------------------------------------------------
@@ -317,11 +316,3 @@ def pump(ms: int) -> None:
     loop = QEventLoop()
     QTimer.singleShot(ms, loop.quit)
     loop.exec()
-
-
-def qimage_array(image: QImage) -> np.ndarray:
-    """A ``QImage`` as uint8 (height, width, 4) RGBA, rows copied without Qt's line padding."""
-    rgba = image.convertToFormat(QImage.Format.Format_RGBA8888)
-    width, height, stride = rgba.width(), rgba.height(), rgba.bytesPerLine()
-    buffer = np.frombuffer(rgba.constBits(), dtype=np.uint8, count=stride * height)
-    return buffer.reshape(height, stride)[:, : width * 4].reshape(height, width, 4).copy()

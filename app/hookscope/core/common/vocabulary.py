@@ -20,6 +20,11 @@ KINDS: tuple[HookKind, ...] = ("forward", "pre", "backward", "tensor", "grad_inp
 # The words, in the tree's column order, and the kind each ticks.
 HOOK_WORDS: dict[str, HookKind] = {"in": "pre", "act": "forward", "grad": "tensor", "grad_in": "grad_input"}
 WORD_OF_KIND: dict[str, str] = {kind: word for word, kind in HOOK_WORDS.items()}
+# Every kind in the tree's column order, the kind with no column last.
+COLUMN_ORDER: tuple[HookKind, ...] = (
+    *HOOK_WORDS.values(),
+    *(kind for kind in KINDS if kind not in HOOK_WORDS.values()),
+)
 
 
 def kinds_of_words(words: Iterable[str], what: str = "Hook words") -> tuple[HookKind, ...]:
@@ -32,5 +37,4 @@ def kinds_of_words(words: Iterable[str], what: str = "Hook words") -> tuple[Hook
             f"{what} are {', '.join(HOOK_WORDS)}; got {', '.join(repr(w) for w in unknown) or 'none'}."
         )
     kinds = {HOOK_WORDS.get(word, word) for word in given}
-    order = [*HOOK_WORDS.values(), *(k for k in KINDS if k not in HOOK_WORDS.values())]
-    return tuple(kind for kind in order if kind in kinds)  # type: ignore[misc]
+    return tuple(kind for kind in COLUMN_ORDER if kind in kinds)
