@@ -326,3 +326,12 @@ def test_the_window_says_where_a_held_models_input_settings_came_from(viewers, p
     other = next(f for f in guessed.window.features.values() if type(f).__name__ == "InputSettingsFeature")
     assert other.requirements.text().endswith("(a guess for a model file: check it with Input…)")
     assert other.button.text() == "Input… (guessed)"
+
+
+def test_opening_a_file_of_the_image_list_makes_it_the_lists_current_one(viewers, photos) -> None:
+    """Seen on the X server: ``open`` showed the list's second file while the list still marked the first."""
+    viewer = viewers(resnet().eval(), images=[photos[0], photos[1]], check=["layer1"])
+    viewer.capture()
+    viewer.open(photos[1])
+    shown = viewer.capture()
+    assert viewer.workspace.queue.index == 1 and shown.image == str(photos[1])

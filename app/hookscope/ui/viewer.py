@@ -159,8 +159,15 @@ class Viewer:
 
     # ---- images ---------------------------------------------------------------------------------------------
     def open(self, image: str | os.PathLike | Image.Image) -> None:
-        """Show ``image`` (a file, read now: ``ImageError`` names it; or a PIL image) through the ticked hooks."""
-        self.workspace.request_image(image_source(image))
+        """Show ``image`` (a file, read now: ``ImageError`` names it; or a PIL image) through the ticked hooks; a file
+        of the image list becomes the list's current one, as stepping to it would."""
+        source = image_source(image)
+        space = self.workspace
+        listed = space.queue.paths
+        if source.path in listed and listed.index(source.path) != space.queue.index:
+            space.select_image(listed.index(source.path))
+        else:
+            space.request_image(source)
 
     # ---- what it shows --------------------------------------------------------------------------------------
     def capture(self, timeout: float = WAIT_S) -> Capture:
