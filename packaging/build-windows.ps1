@@ -45,7 +45,7 @@ if ($NoSplash) { $env:HOOKSCOPE_SPLASH = "0" } else {
 }
 Remove-Item Env:HOOKSCOPE_WEIGHTS_DIR -ErrorAction SilentlyContinue
 if ($WithWeights.Count -gt 0) {
-  Run $Py (@("-m", "hookscope.core.bundled_weights", "build\weights") + $WithWeights)
+  Run $Py (@("-m", "hookscope.core.models.bundled_weights", "build\weights") + $WithWeights)
   $env:HOOKSCOPE_WEIGHTS_DIR = "$PWD\build\weights"
 }
 # The user guide, shipped for Help > User guide (offline).
@@ -57,6 +57,7 @@ $env:HOOKSCOPE_GUIDE_DIR = "$PWD\build\guide"
 Run $Py @("-m", "PyInstaller", "--noconfirm", "--clean", "--distpath", "dist", "--workpath", "build\pyinstaller-$Variant", "packaging\hookscope.spec")
 if ($Variant -eq "cpu") { Run $Py @("packaging\bundle_checks.py", "no-cuda", "dist\hookscope") }
 Run $Py @("packaging\bundle_checks.py", "max-size", "dist\hookscope")
+Run $Py @("packaging\bundle_checks.py", "left-out", "dist\hookscope")
 if ($PrintCommands) { exit 0 }
 # A windowed app has no console: the self-test reports through its exit code and this file.
 $env:HOOKSCOPE_SELF_TEST_REPORT = "$PWD\build\self-test.txt"
@@ -69,4 +70,10 @@ $p = Start-Process dist\hookscope\hookscope.exe -ArgumentList @("live", "--video
 if ($p.ExitCode -ne 0) { throw "video check failed ($($p.ExitCode))" }
 $env:HOOKSCOPE_VERSION = (Select-String -Path app\hookscope\_version.py -Pattern '__version__ = "(.+)"').Matches[0].Groups[1].Value
 $env:HOOKSCOPE_VARIANT = $Variant
-iscc packaging\hookscope.iss
+# Inno Setup's compiler: on PATH, or where its installer puts it (it does not add itself to PATH).
+$Iscc = (Get-Command iscc -ErrorAction SilentlyContinue).Source
+if (-not $Iscc) { $Iscc = Join-Path ${env:ProgramFiles(x86)} "Inno Setup 6\ISCC.exe" }
+if (-not (Test-Path $Iscc)) { throw "Inno Setup 6 is needed for the setup .exe (https://jrsoftware.org/isinfo.php, or: choco install innosetup)" }
+Run $Iscc @("packaging\hookscope.iss")
+$Setup = "dist\Hookscope-$($env:HOOKSCOPE_VERSION)-$Variant-setup.exe"
+Run $Py @("packaging\bundle_checks.py", "sha256", $Setup)

@@ -118,6 +118,7 @@ if [ "$VARIANT" = cpu ]; then
   run "$VPY" packaging/bundle_checks.py no-cuda dist/hookscope
 fi
 run "$VPY" packaging/bundle_checks.py max-size dist/hookscope
+run "$VPY" packaging/bundle_checks.py left-out dist/hookscope
 
 step "self-test of the bundle (an empty environment: no Python, nothing on PATH)"
 report=build/self-test.txt
@@ -142,8 +143,9 @@ if [ "$SKIP" != 1 ]; then
   fi
   run "$VPY" packaging/bundle_checks.py max-size dist
   [ "$PRINT" = 1 ] || ls -l "$TARBALL"* | awk '{printf "%s %.0f MB\n", $NF, $5 / 1e6}'
-  if [ "$OS" = macos ] && [ -d dist/Hookscope.app ]; then
+  if [ "$OS" = macos ] && { [ "$PRINT" = 1 ] || [ -d dist/Hookscope.app ]; }; then
     run hdiutil create -volname Hookscope -srcfolder dist/Hookscope.app -ov -format UDZO "dist/Hookscope-$VERSION.dmg"
+    run "$VPY" packaging/bundle_checks.py sha256 "dist/Hookscope-$VERSION.dmg"
   fi
 fi
 step "done: $ROOT/dist/hookscope"

@@ -12,7 +12,8 @@ from the repo's name), answering what ``huggingface_hub`` 2.x asks (read from it
   (``"gated": "manual"``) but 401 ``GatedRepo`` for their files, as the Hub answers without access.
 
 ``drop_once``: files whose first full GET sends the headers and half the body, then closes the connection (a
-network cut). ``slow``: files sent 8 kB at a time, 0.1 s apart (time to press Cancel). ``requests`` lists ``(method, path, Range header)`` as they came. ``make_*`` build the tiny repos.
+network cut). ``slow``: files sent 8 kB at a time, 0.1 s apart (time to press Cancel). ``stall``: files whose every
+GET sends half of what was asked, then nothing more, the connection held open (until ``unstall`` is set). ``requests`` lists ``(method, path, Range header)`` as they came. ``make_*`` build the tiny repos.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def git_blob_sha1(data: bytes) -> str:
 
 class HubServer(http.server.ThreadingHTTPServer):
     def __init__(self, folder: Path, gated: tuple[str, ...] = (), drop_once: tuple[str, ...] = (),
-                 slow: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 slow: tuple[str, ...] = (), stall: tuple[str, ...] = ()) -> None:  # fmt: skip
         super().__init__(("127.0.0.1", 0), _Handler)
         self.folder = Path(folder)
         self.gated = set(gated)
         self.drop_once = set(drop_once)
         self.slow = set(slow)
+        self.stall = set(stall)
+        self.unstall = threading.Event()  # set: the stalled answers end (their connections close)
         self.requests: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
 
@@ -155,6 +158,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if drop:  # half the body, then the connection goes: a network cut in the middle of the file
             self.wfile.write(rest[: len(rest) // 2])
             self.wfile.flush()
+            self.close_connection = True
+            return
+        if key in self.server.stall:  # half of what was asked, then nothing more on an open connection
+            self.wfile.write(rest[: len(rest) // 2])
+            self.wfile.flush()
+            self.server.unstall.wait(120)
             self.close_connection = True
             return
         if key in self.server.slow:

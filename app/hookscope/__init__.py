@@ -8,7 +8,7 @@ The Python API, for a model you hold in a script or a notebook::
     cap.activations["layer1"]          # the tensor the forward hook saw
     cap.save("out/")                   # what ``hookscope export`` writes
 
-    viewer = hookscope.Viewer(model, images=["cat.jpg"], check=["layer1"])
+    viewer = hookscope.Viewer(model, images=["cat.jpg"], tick=["layer1"])
     hookscope.run()                    # in a script; in IPython or Jupyter the window is already live
 
 ``import hookscope`` is light: the engine (torch) loads on the first use of a name below, the window (Qt) when a

@@ -69,6 +69,31 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
     return rows
 
 
+def hook_words_table() -> list[str]:
+    """The hook words, from the one table every name of a kind is read from (``hookscope.core.common.vocabulary``):
+    the words ``--hooks`` takes (the window's and every subcommand's), the tree's column, the panel's title and
+    what an export writes."""
+    from hookscope.core.common.vocabulary import TERMS
+    from hookscope.core.teaching.snippets import kind_hook
+
+    rows = [
+        "## Hook words",
+        "",
+        "What `--hooks` takes, in the window (`hookscope --tick PATH --hooks WORDS`) and in `export`, `live` and",
+        "`bench` alike, what the window and the manifest call each, and what an export writes for it. Before these",
+        "words, the kinds in the last column were the words; they are still taken, with a warning line.",
+        "",
+        "| word | tree column | panel title | export files | PyTorch hook | engine kind (the old word) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for terms in TERMS:
+        column = terms.column or "(none: shown as Grad)"
+        files = f"`{terms.archive}`, `png/{terms.files}/`"
+        hook = _escape(kind_hook(terms.kind).split(":")[0])
+        rows.append(f"| `{terms.word}` | {column} | {terms.title} | {files} | {hook} | `{terms.kind}` |")
+    return [*rows, ""]
+
+
 def render_reference() -> str:
     """The whole reference page, as Markdown."""
     out = [
@@ -84,6 +109,7 @@ def render_reference() -> str:
         "Hookscope); `--debug` shows the traceback.",
         "",
     ]
+    out += hook_words_table()
     for name, parser in command_parsers().items():
         title = f"hookscope {name}".strip()
         out += [f"## `{title}`", ""]

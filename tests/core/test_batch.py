@@ -106,8 +106,8 @@ def test_batch_skips_two_broken_files_and_finishes_the_rest(small_resnet, regist
     # one subfolder per image, in the layout of `hookscope export`
     for name in ("a", "b", "c", "sub__a", "sub__d"):
         manifest = json.loads((out / name / "manifest.json").read_text())
-        assert (out / name / DONE_FILE).is_file() and (out / name / "png" / "forward" / "conv1.png").is_file()
-        assert manifest["hook_kinds"] == ["forward", "backward"]
+        assert (out / name / DONE_FILE).is_file() and (out / name / "png" / "activations" / "conv1.png").is_file()
+        assert manifest["hook_kinds"] == ["act", "grad_out"]
     assert json.loads((out / "sub__a" / "manifest.json").read_text())["image"] == str(folder / "sub" / "a.png")
     assert not (out / "broken").exists()
 
@@ -338,9 +338,10 @@ def test_both_ways_of_writing_give_the_same_files(small_resnet, registry, folder
     report = run_batch(small_resnet, registry, images, tmp_path / "out", root=folder, png=True)
     assert report.done == ["a.png", "b.JPG", "c.jpg"]
     assert listing(tmp_path / "out") == listing(tmp_path / "other")
-    assert "a/activations.npz" in listing(tmp_path / "out") and "a/png/backward/layer4.png" in listing(tmp_path / "out")
+    written = listing(tmp_path / "out")
+    assert "a/activations.npz" in written and "a/png/output_gradients/layer4.png" in written
     for name in ("a", "b", "c"):
-        for archive in ("activations.npz", "gradients.npz"):
+        for archive in ("activations.npz", "output_gradients.npz"):
             with (
                 np.load(tmp_path / "out" / name / archive) as ours,
                 np.load(tmp_path / "other" / name / archive) as theirs,

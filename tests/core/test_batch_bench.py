@@ -59,13 +59,13 @@ def test_the_floor_writes_the_arrays_the_batch_writes(both_exports):
     for name in names:
         batch_files = {p.name for p in (work / "batch" / name).iterdir() if p.suffix in (".npy", ".npz")}
         floor_files = {p.name for p in (work / "floor" / name).iterdir()}
-        assert batch_files == floor_files == {"input.npy", "input_grad.npy", "activations.npz", "gradients.npz"}
+        assert batch_files == floor_files == {"input.npy", "input_grad.npy", "activations.npz", "output_gradients.npz"}
         for file in sorted(batch_files):
             batch, floor = _arrays(work / "batch" / name / file), _arrays(work / "floor" / name / file)
             assert batch.keys() == floor.keys(), file
             for key in batch:
                 assert batch[key].dtype == floor[key].dtype and np.array_equal(batch[key], floor[key]), (file, key)
-        with np.load(work / "floor" / name / "gradients.npz") as gradients:
+        with np.load(work / "floor" / name / "output_gradients.npz") as gradients:
             assert sorted(gradients.files) == ["conv1", "layer3.0.relu", "layer3.0.relu#1"]
 
 

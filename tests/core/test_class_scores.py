@@ -184,7 +184,7 @@ def test_cli_finds_hf_class_scores_and_refuses_a_missing_class(model_py, tmp_pat
 
     Image.fromarray((np.random.default_rng(0).random((40, 40, 3)) * 255).astype(np.uint8)).save(image)
     base = ["export", "--model-file", f"{model_py}:build", "--trust", "--image", str(image), "--no-png",
-            "--layers", "classifier", "--hooks", "forward,tensor"]  # fmt: skip
+            "--layers", "classifier", "--hooks", "act,grad"]  # fmt: skip
     assert main([*base, "--out", str(tmp_path / "a"), "--target", "3"]) == 0
     out = capsys.readouterr().out
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
@@ -192,7 +192,7 @@ def test_cli_finds_hf_class_scores_and_refuses_a_missing_class(model_py, tmp_pat
     assert manifest["target"] == {"index": 3, "description": "logit of class 3"}
     assert len(manifest["prediction_top5"]) == 5
     assert out.split("top-1: ")[1].startswith(manifest["prediction_top5"][0]["label"])
-    grad = np.load(tmp_path / "a" / "tensor_gradients.npz")["classifier"]
+    grad = np.load(tmp_path / "a" / "gradients.npz")["classifier"]
     assert np.array_equal(grad, np.eye(10, dtype=np.float32)[[3]]), "the gradient of logit 3 alone"
 
     assert main([*base, "--out", str(tmp_path / "b"), "--target", "5000"]) == 2
@@ -260,7 +260,7 @@ def test_cli_prints_the_class_the_manifest_names(mobilenet, tmp_path, capsys):
     image = tmp_path / "in.png"
     Image.fromarray((np.random.default_rng(2).random((64, 64, 3)) * 255).astype(np.uint8)).save(image)
     argv = ["export", "--model", "mobilenet_v3_small", "--weights", "none", "--image", str(image), "--no-png",
-            "--layers", "classifier", "--hooks", "forward", "--out", str(tmp_path / "o")]  # fmt: skip
+            "--layers", "classifier", "--hooks", "act", "--out", str(tmp_path / "o")]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out.split("top-1: ")[1]
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())

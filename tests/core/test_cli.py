@@ -35,7 +35,7 @@ def test_export_writes_manifest_arrays_and_pngs(tmp_path):
         "--layers",
         "conv1,bn1,layer1.0.relu,layer1",
         "--hooks",
-        "forward,pre,backward,tensor",
+        "act,in,grad_out,grad",
         "--out",
         str(out),
     )
@@ -48,22 +48,22 @@ def test_export_writes_manifest_arrays_and_pngs(tmp_path):
     assert manifest["modules"]["layer1.0.relu"]["calls"] == 2
     assert manifest["modules"]["fc"]["records"] == []
     bn1_methods = {r["kind"]: r["method"] for r in manifest["modules"]["bn1"]["records"]}
-    assert bn1_methods["backward"] == "Tensor.register_hook (fallback)"
+    assert bn1_methods["grad_out"] == "Tensor.register_hook (fallback)"
 
     activations = np.load(out / "activations.npz")
     assert set(activations.files) == {"conv1", "bn1", "layer1.0.relu", "layer1.0.relu#1", "layer1"}
     assert activations["bn1"].shape == (1, 64, 112, 112) and activations["bn1"].min() < 0
+    assert set(np.load(out / "output_gradients.npz").files) == set(activations.files)
     assert set(np.load(out / "gradients.npz").files) == set(activations.files)
-    assert set(np.load(out / "tensor_gradients.npz").files) == set(activations.files)
     assert "layer1.0.relu#1" in np.load(out / "inputs.npz").files
 
     # input.npy is exactly what the model was fed: the sample image through the model's preprocessing
     expected = load_model("resnet18").preprocess.to_tensor(read_image(SAMPLE)).numpy()
     np.testing.assert_array_equal(np.load(out / "input.npy"), expected)
 
-    png = Image.open(out / "png" / "forward" / "conv1.png")
+    png = Image.open(out / "png" / "activations" / "conv1.png")
     assert png.mode == "RGB" and png.size == (8 * 112 + 7, 8 * 112 + 7)  # 64 channels: 8x8 tiles, 1-pixel gaps
-    assert (out / "png" / "forward" / "layer1.0.relu#1.png").is_file()
+    assert (out / "png" / "activations" / "layer1.0.relu#1.png").is_file()
 
 
 def test_export_several_images_gets_one_folder_each(tmp_path):

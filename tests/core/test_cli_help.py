@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hookscope.core.common.vocabulary import TERMS
+
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "torchvision", "PySide6", "shiboken6", "pyqtgraph", "superqt")
 
@@ -60,12 +62,12 @@ def test_parsing_a_command_line_imports_no_torch_either():
 import contextlib, io, json, sys
 from hookscope.cli.dispatch import COMMANDS, build_window_parser
 
-build_window_parser().parse_intermixed_args(["a.jpg", "--check", "layer1,fc", "--ticks", "act,grad", "b.jpg"])
+build_window_parser().parse_intermixed_args(["a.jpg", "--tick", "layer1,fc", "--hooks", "act,grad", "b.jpg"])
 args = COMMANDS["export"][0]().parse_args(
     ["--image", "a.jpg", "--hooks", "act,grad_in", "--target", "class:3@0,0,8,8", "--frames", "2:5"]
 )
 COMMANDS["scan"][0]().parse_args(["--images", "d", "--layers", "all", "--out", "o", "--top", "3"])
-COMMANDS["live"][0]().parse_args(["--camera", "0", "--hooks", "forward,tensor", "--target", "7"])
+COMMANDS["live"][0]().parse_args(["--camera", "0", "--hooks", "act,grad", "--target", "7"])
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
     try:
@@ -73,7 +75,7 @@ with contextlib.redirect_stderr(err):
         status = None
     except SystemExit as stop:
         status = stop.code
-print(json.dumps({{"hooks": args.hooks, "target": args.target, "status": status, "error": err.getvalue(),
+print(json.dumps({{"hooks": args.hooks, "target": args.target.spec, "status": status, "error": err.getvalue(),
                   "heavy": {HEAVY_LOADED}}}))
 """
     found = run_python(code)
@@ -108,7 +110,7 @@ print(json.dumps({{"heavy": {HEAVY_LOADED}, "capture": "capture" in names, "word
 """
     found = run_python(code)
     assert found["heavy"] == [], f"import hookscope imported {found['heavy']}"
-    assert found["capture"] and found["words"] == ["act", "grad", "grad_in", "in"]
+    assert found["capture"] and found["words"] == sorted(terms.word for terms in TERMS)
 
 
 def test_the_light_lesson_ids_are_the_lessons():

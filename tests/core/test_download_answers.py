@@ -1,4 +1,4 @@
-"""Issue 13, item 5 (downloads): a server that answers strangely is described for what it did, in one line.
+"""A download server that answers strangely is described for what it did, in one line.
 
 Against real servers on 127.0.0.1: an HTTP server whose address redirects to itself forever, and a TCP server that
 answers with bytes that are not HTTP. Neither is "offline"; each is one line on stderr, and the cache stays empty.
@@ -15,7 +15,8 @@ import pytest
 from loopback import files_in, serving
 
 from hookscope.cli import main
-from hookscope.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from hookscope.core.common.errors import WeightsDownloadError
+from hookscope.core.models.weights import WEIGHTS_URL_ENV, download_to_cache
 
 MODEL = "squeezenet1_1"
 

@@ -22,8 +22,9 @@ import torchvision
 from loopback import files_in, serving
 
 from hookscope.cli import main
+from hookscope.core.common.errors import WeightsDownloadError
 from hookscope.core.models import weights as core_weights
-from hookscope.core.models.weights import WEIGHTS_URL_ENV, WeightsDownloadError, download_to_cache
+from hookscope.core.models.weights import WEIGHTS_URL_ENV, download_to_cache
 from hookscope.system.termination import SIGTERM_EXIT
 
 MODEL = "squeezenet1_1"

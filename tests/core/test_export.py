@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from hookscope.core.engine.hooks import KINDS, HookRegistry
+from hookscope.core.common.vocabulary import KINDS, word_of
+from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import module_tree
 from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import Preprocess
-from hookscope.core.outputs.export import ARCHIVES, save_npz, write_run
+from hookscope.core.outputs.export import ARCHIVES, picture_folder, save_npz, write_run
 
 
 def sample_arrays():
@@ -57,23 +58,26 @@ def small_resnet():
 
 def test_every_hook_kind_has_an_archive_and_pictures(small_resnet, tmp_path):
     assert set(ARCHIVES) == set(KINDS)
+    kinds = tuple(kind for kind in KINDS if kind != "attention")  # a ResNet has no attention module
     x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     with HookRegistry(small_resnet.module) as registry:
-        for kind in KINDS:
+        for kind in kinds:
             registry.add("layer1.0.conv1", kind)
             registry.add("layer2", kind)
         result = run_image(small_resnet, registry, x)
-    manifest = write_run(result, small_resnet, tmp_path, image="x", kinds=KINDS, png=True)
-    assert manifest["archives"] == ARCHIVES and manifest["hook_kinds"] == list(KINDS)
+    manifest = write_run(result, small_resnet, tmp_path, image="x", kinds=kinds, png=True)
+    # the manifest says the vocabulary's words (act, grad...), the files are named by it (gradients.npz)
+    assert manifest["archives"] == {word_of(kind): ARCHIVES[kind] for kind in kinds}
+    assert manifest["hook_kinds"] == [word_of(kind) for kind in kinds]
     with np.load(tmp_path / "input_gradients.npz") as archive:
         assert sorted(archive.files) == ["layer1.0.conv1", "layer2"]
         grad_in = next(r for r in result.records if r.kind == "grad_input" and r.key == "layer2")
         np.testing.assert_array_equal(archive["layer2"], grad_in.tensor.numpy())
         assert archive["layer2"].shape == (1, 64, 16, 16)  # the gradient of layer2's input, layer1's output
-    for kind in KINDS:
-        assert (tmp_path / "png" / kind / "layer2.png").is_file(), kind
-    kinds = {r["kind"]: r["method"] for r in manifest["modules"]["layer2"]["records"]}
-    assert kinds["grad_input"] == "register_full_backward_hook"
+    for kind in kinds:
+        assert (tmp_path / picture_folder(kind) / "layer2.png").is_file(), kind
+    methods = {r["kind"]: r["method"] for r in manifest["modules"]["layer2"]["records"]}
+    assert methods["grad_in"] == "register_full_backward_hook"
 
 
 def test_the_manifest_is_written_once_with_the_extra_entries(small_resnet, tmp_path):

@@ -15,9 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from hookscope.core.common.errors import ModelError
+from hookscope.core.common.errors import DownloadCancelled, ModelError
 from hookscope.core.models import hub as hub_models
-from hookscope.core.models.weights import DownloadCancelled
 from tests.hub_server import (
     HubServer,
     commit_of,
@@ -89,7 +88,7 @@ def test_export_loads_a_hub_classifier_by_name(hub, tmp_path):
 
 
 def test_a_session_reopens_a_hub_model_by_name(hub):
-    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.models.source import ModelSource, open_model
     from hookscope.core.outputs.session import model_entry
 
     loaded = hub_models.load_hub_model("hf:tiny/vit")
@@ -252,7 +251,7 @@ def test_clip_image_tower_and_text_embedder(hub):
 
 
 def test_a_file_that_does_not_match_the_hubs_checksum_is_discarded(hub, tmp_path):
-    from hookscope.core.models.weights import WeightsDownloadError
+    from hookscope.core.common.errors import WeightsDownloadError
 
     # A blob whose partial already holds wrong bytes of the right length: the check catches it.
     repo = "timm/test_resnet.r160_in1k"
@@ -275,7 +274,7 @@ def test_names(hub):
 def test_a_squashed_preprocess_resizes_the_whole_picture_and_maps_boxes_back():
     from hookscope.core.models.images import Preprocess
     from hookscope.core.models.inputs import describe_requirements
-    from hookscope.core.scan.scanner import original_box
+    from hookscope.core.scan.geometry import original_box
 
     squash = Preprocess(resize=None, crop=40, mean=(0.5,) * 3, std=(0.5,) * 3, squash=True)
     picture = Image.new("RGB", (80, 40), (10, 200, 30))
@@ -321,17 +320,6 @@ def test_ctrl_c_keeps_the_part_that_came_and_the_next_download_resumes_it(hub):
     served = (hub.folder / "timm" / "test_resnet.r160_in1k" / "model.safetensors").read_bytes()
     assert Path(done.stdout.strip()).read_bytes() == served
     assert gets(hub, "model.safetensors")[-1] == f"bytes={kept[0]}-"
-
-
-def test_load_model_downloading_fetches_hub_and_timm_models(hub):
-    from hookscope.core.models.weights import is_cached, load_model_downloading
-
-    assert not is_cached("hf:tiny/vit") and not is_cached("timm/test_resnet")
-    seen = []
-    loaded = load_model_downloading("hf:tiny/vit", progress=lambda d, t, r: seen.append(d))
-    assert loaded.pretrained and loaded.source == "hub" and seen and is_cached("hf:tiny/vit")
-    timm_model = load_model_downloading("timm/test_resnet")
-    assert timm_model.pretrained and is_cached("timm/test_resnet")
 
 
 def test_without_transformers_the_name_is_refused_in_one_line(monkeypatch):

@@ -22,9 +22,12 @@ from hookscope.cli import main
 from hookscope.core.engine.hooks import TENSOR
 from hookscope.core.engine.tree import survey
 from hookscope.core.teaching import lessons as lessons_module
-from hookscope.core.teaching.lessons import LESSONS, MIX_WEIGHT, catalogue_code, lesson, plan
+from hookscope.core.teaching.lessons import LESSONS, lesson
 from hookscope.core.teaching.lessons import base as lesson_base
 from hookscope.core.teaching.lessons import tensor as tensor_lessons
+from hookscope.core.teaching.lessons.forward import MIX_WEIGHT
+from hookscope.core.teaching.lessons.networks import catalogue_code
+from hookscope.core.teaching.lessons.plan import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -438,8 +441,8 @@ def test_run_all_exits_1_when_a_lesson_fails(monkeypatch, capsys):
 
 
 def test_the_code_of_a_lesson_on_a_model_file_builds_that_model(tmp_path):
-    from hookscope.core.engine.pipeline import ModelSource, open_model
-    from hookscope.core.teaching.lessons import model_code_for
+    from hookscope.core.models.source import ModelSource, open_model
+    from hookscope.core.teaching.lessons.networks import model_code_for
 
     path = tmp_path / "model.py"
     path.write_text(MODEL_PY)

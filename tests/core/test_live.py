@@ -318,10 +318,10 @@ def test_live_records_grad_cam_beside_the_input(videos, tmp_path):
     assert f"recorded 3 pictures (0.1 s at 25 fps) of Grad-CAM of layer2 -> {out}" in done.stdout
     with open_video(out) as seen:  # the input, a 4-pixel gap, the map over the input: the same size
         assert (seen.info.width, seen.info.height, seen.info.frame_count) == (224 + 4 + 224, 224, 3)
-    refused = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer2", "--hooks", "forward",
+    refused = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer2", "--hooks", "act",
                         "--record", str(out), "--record-cam")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.strip().endswith(
-        "--record-cam needs activations and gradients: --hooks forward,tensor (or forward,backward)."
+        "--record-cam needs activations and gradients: --hooks act,grad (or act,grad_out)."
     )
 
 

@@ -15,20 +15,19 @@ import torchvision
 from torch import nn
 
 from hookscope.cli import main
-from hookscope.core.common.errors import ModelError
+from hookscope.core.common.errors import ModelError, Remedy
 from hookscope.core.models.catalogue import catalogue, load_model
 from hookscope.core.models.files import (
     ArchitectureRequired,
     TrustRequired,
     file_kind,
     open_model_file,
-    pickled_globals,
     split_factory,
     unwrap_module,
 )
 from hookscope.core.models.images import read_image
 from hookscope.core.models.inputs import custom_preprocess, describe_requirements, guess_preprocess
-from hookscope.core.models.state_dicts import load_state_dict_file
+from hookscope.core.models.state_dicts import load_state_dict_file, pickled_globals
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "resources" / "chelsea.png"
@@ -145,7 +144,7 @@ def test_state_dict_needs_an_architecture(tmp_path, resnet_state):
     torch.save(resnet_state, path)
     with pytest.raises(ArchitectureRequired) as error:
         open_model_file(path)
-    assert "is a state_dict" in str(error.value) and "--arch NAME" in str(error.value)
+    assert "is a state_dict" in str(error.value) and error.value.remedy is Remedy.NAME_ARCHITECTURE
     assert error.value.keys == len(resnet_state)
     with pytest.raises(ModelError, match="Unknown model 'resnet180'"):
         open_model_file(path, arch="resnet180")
@@ -224,7 +223,7 @@ def test_pickled_model_needs_trust(tmp_path):
         open_model_file(path)
     message = str(error.value)
     assert "holds pickled Python objects (torch.nn.modules.container.Sequential" in message
-    assert "would run code" in message and "--trust" in message and "\n" not in message
+    assert "would run code" in message and error.value.remedy is Remedy.TRUST and "\n" not in message
     assert error.value.objects[0] == "torch.nn.modules.container.Sequential"
 
     loaded = open_model_file(path, trust=True)
@@ -258,7 +257,7 @@ def test_checkpoint_with_a_whole_model_inside(tmp_path):
     torch.save({"epoch": 9, "model": gray_net(), "optimizer": {}}, path)
     loaded = open_model_file(path, trust=True, arch="resnet18")
     assert isinstance(loaded.module, nn.Sequential)
-    assert "--arch resnet18 was not needed" in loaded.notice
+    assert "its architecture (resnet18) was not needed" in loaded.notice
 
 
 def test_pickle_of_a_class_that_is_not_importable(tmp_path, monkeypatch):
@@ -270,8 +269,9 @@ def test_pickle_of_a_class_that_is_not_importable(tmp_path, monkeypatch):
     monkeypatch.delattr(sys.modules["__main__"], "Net")
     with pytest.raises(TrustRequired, match=r"__main__\.Net"):
         open_model_file(path)
-    with pytest.raises(ModelError, match=r"needs the class Net from __main__.*model\.py:build --weights FILE"):
+    with pytest.raises(ModelError, match=r"needs the class Net from __main__") as error:
         open_model_file(path, trust=True)
+    assert error.value.remedy is Remedy.FACTORY  # open the state_dict with a model.py:build factory
 
 
 def test_compiled_and_data_parallel_models_are_unwrapped(tmp_path):
@@ -359,7 +359,7 @@ def test_python_factory_needs_trust(factory_file):
     assert split_factory(spec) == (factory_file, "build")
     with pytest.raises(TrustRequired) as error:
         open_model_file(spec)
-    assert "runs the Python code in" in str(error.value) and "--trust" in str(error.value)
+    assert "runs the Python code in" in str(error.value) and error.value.remedy is Remedy.TRUST
     assert not marker.exists()  # the file was never imported
 
     loaded = open_model_file(spec, trust=True, seed=5)
@@ -533,7 +533,7 @@ def test_cli_model_files_in_process(tmp_path, resnet_state, factory_file, capsys
         "--layers",
         "conv1",
         "--hooks",
-        "forward",
+        "act",
         "--no-png",
         "--out",
         str(tmp_path / "o"),

@@ -130,7 +130,7 @@ def test_the_manifest_says_why(model_py, tmp_path, capsys):
     image = tmp_path / "in.png"
     Image.new("RGB", (40, 40), (200, 30, 90)).save(image)
     argv = ["export", "--model-file", f"{model_py}:build", "--trust", "--image", str(image), "--no-png",
-            "--layers", "attention,side,pick,frozen,head", "--hooks", "forward,tensor", "--out", str(tmp_path / "o")]  # fmt: skip
+            "--layers", "attention,side,pick,frozen,head", "--hooks", "act,grad", "--out", str(tmp_path / "o")]  # fmt: skip
     assert main(argv) == 0
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     missing = manifest["no_gradient"]
@@ -140,9 +140,9 @@ def test_the_manifest_says_why(model_py, tmp_path, capsys):
     import numpy as np
 
     assert set(np.load(tmp_path / "o" / "activations.npz")) >= set(missing)
-    assert not set(np.load(tmp_path / "o" / "tensor_gradients.npz")) & set(missing)
+    assert not set(np.load(tmp_path / "o" / "gradients.npz")) & set(missing)
     # only the exported hook kinds count: without gradient hooks nothing is missing
-    argv[argv.index("forward,tensor")] = "forward"
+    argv[argv.index("act,grad")] = "act"
     argv[-1] = str(tmp_path / "p")
     assert main(argv) == 0
     assert json.loads((tmp_path / "p" / "manifest.json").read_text())["no_gradient"] == {}

@@ -140,10 +140,10 @@ def _check_shown_pictures(notebook) -> None:
     assert "TinyNet" in html and "conv: Activations (1, 8, 40, 40)" in html and "fc: Inputs (1, 8)" in html
     figures = dict(re.findall(r'<figcaption>([^<]+)</figcaption><img src="data:image/png;base64,([^"]+)"', html))
     assert sorted(figures) == [
-        "conv: Activations (1, 8, 40, 40)", "conv: Output gradients (1, 8, 40, 40)", "fc: Inputs (1, 8)"
+        "conv: Activations (1, 8, 40, 40)", "conv: Gradients (1, 8, 40, 40)", "fc: Inputs (1, 8)"
     ]  # fmt: skip
     first = _picture(figures["conv: Activations (1, 8, 40, 40)"])
-    _picture(figures["conv: Output gradients (1, 8, 40, 40)"])
+    _picture(figures["conv: Gradients (1, 8, 40, 40)"])
     strip = _picture(figures["fc: Inputs (1, 8)"], least=8)  # one row of 8 values, enlarged: a strip
     assert strip.shape[1] >= 256
     assert np.array_equal(_picture(shown.data["image/png"]), first)  # the PNG: the first record's
@@ -205,7 +205,7 @@ VIEWER_CELLS = [
     "import torch\n"
     "from torch import nn\n"
     "import hookscope\n" + CELLS[1] + "\nstarted = time.monotonic()\n"
-    "viewer = hookscope.Viewer(model, images=['chelsea.png'], check=['conv'])\n"
+    "viewer = hookscope.Viewer(model, images=['chelsea.png'], tick=['conv'])\n"
     "viewer.window.resize(1000, 700)\n"
     "viewer.window.move(0, 0)\n"
     "print('RETURNED', json.dumps({'seconds': time.monotonic() - started,\n"

@@ -18,7 +18,8 @@ from hookscope.core.common.errors import RunError
 from hookscope.core.common.resources import sample_image
 from hookscope.core.engine.capture import capture_run
 from hookscope.core.engine.hooks import HookRegistry
-from hookscope.core.engine.objectives import Objective, parse_target, with_reference
+from hookscope.core.engine.objectives import with_reference
+from hookscope.core.engine.target_words import Objective, parse_target
 from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import read_image
 from hookscope.core.pictures.cam import run_grad_cam
@@ -294,7 +295,7 @@ def test_a_detector_that_finds_no_object_keeps_its_forward_pass_and_says_why(tmp
     assert manifest["target"]["objective"] == {"task": "detection", "value": None}
     with np.load(out / "activations.npz") as arrays:
         assert sorted(arrays.files) == ["backbone.body/0", "backbone.body/1"]
-    with np.load(out / "tensor_gradients.npz") as arrays:
+    with np.load(out / "gradients.npz") as arrays:
         assert arrays.files == []
     assert set(manifest["no_gradient"]) == {"backbone.body/0", "backbone.body/1"}
     assert all(reason.startswith("no gradient was taken in this run: the model found no object")

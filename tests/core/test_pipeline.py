@@ -13,19 +13,14 @@ import torchvision
 from PIL import Image
 
 from hookscope.core.common.errors import HookscopeError, ImageError, ModelError, RunError
-from hookscope.core.engine.capture import class_label
 from hookscope.core.engine.devices import available_devices, unavailable_devices
 from hookscope.core.engine.hooks import HookRegistry
-from hookscope.core.engine.interventions import parse_edit
-from hookscope.core.engine.pipeline import (
-    ArchitectureRequired,
-    ModelSource,
-    TrustRequired,
-    open_model,
-    other_images,
-)
+from hookscope.core.engine.interventions import other_images, parse_edit
+from hookscope.core.engine.objectives import class_label
 from hookscope.core.engine.run import run_image
 from hookscope.core.models.catalogue import default_weights_file
+from hookscope.core.models.files import ArchitectureRequired, TrustRequired
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.outputs.session import load_session, model_entry, save_session, session_from
 from hookscope.core.pictures.cam import run_grad_cam
 

@@ -19,6 +19,7 @@ from torch import nn
 
 import hookscope
 from hookscope.core.common.resources import sample_image
+from hookscope.core.common.vocabulary import HOOK_WORDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(sample_image())
@@ -129,8 +130,8 @@ def test_the_lent_model_is_given_back_when_the_run_fails() -> None:
     ("hooks", "words"),
     [
         ({"nope": ["act"]}, "The model has no module named 'nope'."),
-        ({"conv": ["activations"]}, "Hook words are in, act, grad, grad_in; got 'activations' for 'conv'."),
-        ({"conv": []}, "Hook words are in, act, grad, grad_in; got none for 'conv'."),
+        ({"conv": ["activations"]}, f"Hook words are {', '.join(HOOK_WORDS)}; got 'activations' for 'conv'."),
+        ({"conv": []}, f"Hook words are {', '.join(HOOK_WORDS)}; got none for 'conv'."),
     ],
 )
 def test_bad_hooks_raise_one_line_and_leave_no_hook(hooks, words) -> None:
@@ -183,7 +184,7 @@ def test_save_writes_what_export_writes_bit_for_bit(tmp_path) -> None:
     )  # fmt: skip
     saved = cap.save(tmp_path / "api")
     assert sorted(p.name for p in saved.iterdir()) == sorted(p.name for p in out.iterdir())
-    for archive in ("activations.npz", "tensor_gradients.npz"):
+    for archive in ("activations.npz", "gradients.npz"):
         with np.load(out / archive) as a, np.load(saved / archive) as b:
             assert sorted(a.files) == sorted(b.files) == ["layer1", "layer4"]
             for key in a.files:
@@ -221,7 +222,7 @@ def test_export_video_with_a_similarity_target(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "frame-000000" / "manifest.json").read_text())
     assert manifest["target"]["description"] == f"cosine similarity to {SAMPLE}"
-    with np.load(out / "frame-000001" / "tensor_gradients.npz") as arrays:
+    with np.load(out / "frame-000001" / "gradients.npz") as arrays:
         assert np.abs(arrays["layer4"]).sum() > 0
 
 
@@ -259,7 +260,7 @@ def test_a_capture_and_its_records_show_as_mosaics_in_jupyter() -> None:
     factor = shown.shape[1] // picture.shape[1]
     assert factor > 1 and np.array_equal(shown[::factor, ::factor], picture)  # enlarged by whole pixels, unchanged
     html = cap._repr_html_()
-    assert html.count("<img") == 2 and "conv: Output gradients (1, 4, 12, 12)" in html
+    assert html.count("<img") == 2 and "conv: Gradients (1, 4, 12, 12)" in html
     assert cap._repr_png_() == cap.records[0]._repr_png_()
     with pytest.raises(hookscope.HookscopeError, match="no 'in' record of 'conv'"):
         cap.record("conv", "in")

@@ -1,4 +1,4 @@
-"""The dataset scan (hookscope.core.scan.scanner): checked against plain PyTorch, the analytic receptive field of a conv stack and
+"""The dataset scan (hookscope.core.scan.run and the modules beside it): checked against plain PyTorch, the analytic receptive field of a conv stack and
 an independent gradient per unit; resume, skipping, the JSON schema and the command line."""
 
 from __future__ import annotations
@@ -24,18 +24,12 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
-from hookscope.core.scan.results import LABEL_HEIGHT, NOTE_HEIGHT, ScanSettings
-from hookscope.core.scan.scanner import (
-    CHECKPOINT_FILE,
-    NO_IMAGE,
-    TopK,
-    copy_without_hooks,
-    layout_of,
-    original_box,
-    read_scan,
-    scan_images,
-    write_scan,
-)
+from hookscope.core.scan.accumulators import NO_IMAGE, TopK
+from hookscope.core.scan.geometry import original_box
+from hookscope.core.scan.hook_pass import layout_of
+from hookscope.core.scan.model_copy import copy_without_hooks
+from hookscope.core.scan.results import CHECKPOINT_FILE, LABEL_HEIGHT, NOTE_HEIGHT, ScanSettings, read_scan, write_scan
+from hookscope.core.scan.run import scan_images
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Preprocess(resize=73, crop=64, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))

@@ -18,9 +18,10 @@ from torch import nn
 from hookscope.core.models.images import Preprocess
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
+from hookscope.core.scan.channel_scanner import ChannelScanner
 from hookscope.core.scan.fields import receptive_fields
-from hookscope.core.scan.results import ScanSettings
-from hookscope.core.scan.scanner import ChannelScanner, scan_images, write_scan
+from hookscope.core.scan.results import ScanSettings, write_scan
+from hookscope.core.scan.run import scan_images
 
 SIZE = 64
 FLAT = Preprocess(resize=None, crop=SIZE, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))

@@ -22,8 +22,16 @@ from PIL import Image
 from hookscope.core.models.images import Preprocess
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.scan.page import write_page
-from hookscope.core.scan.results import LABEL_HEIGHT, NOTE_HEIGHT, PatchReader, ScanSettings, write_strips
-from hookscope.core.scan.scanner import CHECKPOINT_FILE, scan_images, write_scan
+from hookscope.core.scan.results import (
+    CHECKPOINT_FILE,
+    LABEL_HEIGHT,
+    NOTE_HEIGHT,
+    PatchReader,
+    ScanSettings,
+    write_scan,
+    write_strips,
+)
+from hookscope.core.scan.run import scan_images
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Preprocess(resize=73, crop=64, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -174,7 +182,7 @@ def test_cli_html_and_png_with_plain_progress_lines(tmp_path):
 
 def test_progress_on_a_terminal_is_one_line_with_the_time_left():
     from hookscope.cli.scan import _Progress
-    from hookscope.core.scan.scanner import ScanProgress
+    from hookscope.core.scan.run import ScanProgress
 
     class Terminal:
         def __init__(self) -> None:

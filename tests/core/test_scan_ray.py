@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.models.images import Preprocess
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.scan.on_ray import RayScan, ray_available
 from hookscope.core.scan.results import ScanSettings
-from hookscope.core.scan.scanner import run_scan, scan_images
+from hookscope.core.scan.run import run_scan, scan_images
 
 pytestmark = [
     pytest.mark.ray,

@@ -20,8 +20,9 @@ import torch
 from PIL import Image
 
 from hookscope.cli import main
+from hookscope.core.common.vocabulary import TERMS
 
-ARCHIVES = ("activations", "inputs", "gradients", "tensor_gradients")
+ARCHIVES = tuple(terms.files for terms in TERMS)  # the export's archives, named by the vocabulary
 RUNNER = (
     "import runpy, sys\n"
     "script, *args = sys.argv[1:]\n"
@@ -100,7 +101,7 @@ def test_the_script_of_an_export_reproduces_it_in_a_fresh_process(tmp_path, caps
         "--layers",
         layers,
         "--hooks",
-        "forward,pre,backward,tensor",
+        "act,in,grad_out,grad",
         "--no-png",
         "--out",
         str(out),
@@ -124,7 +125,7 @@ def test_the_script_of_an_export_reproduces_it_in_a_fresh_process(tmp_path, caps
     done = _run_script(script, tmp_path / "captures.npz", tmp_path)
     expected = _exported(out)
     assert len(expected) == 7 * 4 + 4 + 2  # 7 modules x 4 kinds, layer1.0.relu's second call, input, input_grad
-    assert {"activations/layer1.0.relu#1", "gradients/bn1", "inputs/fc", "tensor_gradients/layer2.0"} <= set(expected)
+    assert {"activations/layer1.0.relu#1", "output_gradients/bn1", "inputs/fc", "gradients/layer2.0"} <= set(expected)
     assert _compare(tmp_path / "captures.npz", expected) <= 1e-6
 
     # One line per capture: key, shape, sum; the target line first.
@@ -193,7 +194,7 @@ def test_a_model_file_with_a_weights_file_and_a_class_target(tmp_path, capsys):
                 "--target",
                 "3",
                 "--hooks",
-                "forward,pre,backward,tensor",
+                "act,in,grad_out,grad",
                 "--edit",
                 "scale:features.2:0.5",
                 "--no-png",
@@ -333,7 +334,7 @@ def test_the_script_computes_the_same_objective_for_other_targets(tmp_path, mode
                 "--layers",
                 layers,
                 "--hooks",
-                "forward,tensor",
+                "act,grad",
                 "--target",
                 target,
                 "--no-png",

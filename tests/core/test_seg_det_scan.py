@@ -13,7 +13,7 @@ from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import read_image
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.scan.results import ScanSettings
-from hookscope.core.scan.scanner import scan_images
+from hookscope.core.scan.run import scan_images
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,14 @@ from hookscope.core.common.errors import HookscopeError, ModelError
 from hookscope.core.common.resources import sample_image
 from hookscope.core.engine.capture import capture_run
 from hookscope.core.engine.hooks import HookRegistry
+from hookscope.core.engine.target_words import Objective
 from hookscope.core.models.catalogue import load_model
+from hookscope.core.models.files import file_sha256
 from hookscope.core.models.images import read_image
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.outputs.session import (
     Session,
-    file_sha256,
     load_session,
-    load_session_model,
     register_session_hooks,
     save_session,
     session_from,
@@ -79,7 +80,7 @@ def test_saved_session_reopened_and_run_again_gives_identical_arrays(tmp_path, i
     assert reopened.model == {"name": "resnet18", "weights": "none", "seed": 7}
     assert reopened.preprocessing["crop"] == 128 and reopened.ui == {"splitter": [1, 2], "selected": "layer2"}
 
-    fresh = load_session_model(reopened)  # a new model instance, as a fresh window builds it
+    fresh = open_model(ModelSource.from_session(reopened))  # a new model instance, as a fresh window builds it
     assert fresh.module is not loaded.module and fresh.preprocess == loaded.preprocess
     with HookRegistry(fresh.module) as registry:
         assert register_session_hooks(registry, reopened) == []
@@ -117,7 +118,7 @@ def test_a_moved_image_is_reported_and_the_rest_restored(tmp_path, images):
     assert reopened.missing == [str(images[1])]
     assert reopened.found_images() == [str(images[0])]
     assert reopened.blocking_problem() is None
-    assert (reopened.hooks, reopened.target, reopened.colormap) == (HOOKS, 5, "cividis")
+    assert (reopened.hooks, reopened.target, reopened.colormap) == (HOOKS, Objective("class", index=5), "cividis")
 
 
 def test_changed_files_are_detected_by_their_hash(tmp_path, images):
@@ -161,7 +162,7 @@ def test_a_missing_weights_file_blocks_running_but_not_opening(tmp_path, images)
     ]
     assert reopened.hooks == HOOKS and reopened.found_images() == [str(images[0])]
     with pytest.raises(ModelError, match="cannot run without it"):
-        load_session_model(reopened)
+        open_model(ModelSource.from_session(reopened))
 
 
 def test_a_hook_on_a_module_the_model_lacks_is_reported(tmp_path):
@@ -221,7 +222,7 @@ def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_pa
 
     reopened, problems = load_session(moved / "s.json")
     assert problems == [] and reopened.model["path"] == str(moved / "finetuned.pth")
-    fresh = load_session_model(reopened)
+    fresh = open_model(ModelSource.from_session(reopened))
     assert fresh.model_file == str(moved / "finetuned.pth")
     after, _ = run_arrays(fresh, reopened.hooks, reopened.found_images()[0], "top1")
     assert all(torch.equal(before[key], after[key]) for key in before)
@@ -230,7 +231,7 @@ def test_a_model_file_session_reopens_the_file_and_gives_identical_arrays(tmp_pa
     reopened, problems = load_session(moved / "s.json")
     assert problems == [f"Model file '{weights}' was not found (it may have moved); the session cannot run without it."]
     with pytest.raises(ModelError, match="cannot run without it"):
-        load_session_model(reopened)
+        open_model(ModelSource.from_session(reopened))
 
 
 def test_edits_are_saved_with_their_state_and_restored(tmp_path, images):
@@ -275,10 +276,11 @@ def test_cli_runs_a_saved_session_headlessly(tmp_path, images):
     )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["seed"] == 4 and manifest["target"]["index"] == 9
-    assert manifest["hook_kinds"] == ["forward", "backward"] and manifest["image"] == str(images[0])
+    assert manifest["hook_kinds"] == ["act", "grad_out"] and manifest["image"] == str(images[0])
     np.testing.assert_array_equal(np.load(out / "activations.npz")["conv1"], expected[("conv1", "forward")].numpy())
-    np.testing.assert_array_equal(np.load(out / "gradients.npz")["layer4"], expected[("layer4", "backward")].numpy())
-    with Image.open(out / "png" / "forward" / "conv1.png") as png:  # the session's colormap: gray
+    grads = np.load(out / "output_gradients.npz")["layer4"]  # grad_out: a full backward hook's grad_output
+    np.testing.assert_array_equal(grads, expected[("layer4", "backward")].numpy())
+    with Image.open(out / "png" / "activations" / "conv1.png") as png:  # the session's colormap: gray
         pixels = np.asarray(png)
     assert np.array_equal(pixels[..., 0], pixels[..., 1]) and np.array_equal(pixels[..., 1], pixels[..., 2])
 
@@ -337,7 +339,7 @@ def test_each_panels_view_and_settings_are_saved_and_restored(tmp_path):
         path,
     )
     saved = json.loads(path.read_text())["ui"]
-    assert ["layer1.0.conv1", "forward", "viridis", "channel", "none", "diff"] in saved["panels"]
+    assert ["layer1.0.conv1", "act", "viridis", "channel", "none", "diff"] in saved["panels"]  # the words
     assert saved["view"] == "B" and saved["sort"] == "mean"
 
     reopened, problems = load_session(path)
@@ -373,7 +375,7 @@ def test_panel_settings_of_older_or_damaged_sessions_fall_back_per_panel():
 
 def test_a_session_knows_every_hook_kind_the_engine_has():
     """session.py keeps its own list (it imports no torch); it must stay the engine's."""
-    from hookscope.core.engine.hooks import KINDS
+    from hookscope.core.common.vocabulary import KINDS
     from hookscope.core.outputs.session import KNOWN_KINDS
 
     assert KNOWN_KINDS == KINDS

@@ -1,4 +1,4 @@
-"""Issue 13, item 5 (sessions): what cannot be restored is listed and the rest is restored; a damaged file is one
+"""A session that cannot be restored whole: what cannot is listed and the rest is restored; a damaged file is one
 "damaged session" line with exit 2.
 
 - an image that is not readable (``/etc/passwd`` reached through the relative path, a 3 GB sparse file that is no

@@ -6,16 +6,18 @@ import pytest
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from hookscope.core.common.vocabulary import KINDS
 from hookscope.core.engine.capture import capture_run
-from hookscope.core.engine.hooks import FALLBACK, KINDS, HookRegistry
+from hookscope.core.engine.hooks import FALLBACK, HookRegistry
 from hookscope.core.engine.interventions import parse_edit
 from hookscope.core.teaching.snippets import (
     KIND_HOOKS,
     captured_key,
+    edit_snippet,
     hook_snippet,
     kind_hook,
+    mix_reference_snippet,
     module_expression,
-    registry_script,
     snippet_for,
 )
 
@@ -70,6 +72,54 @@ def small_input():
 @pytest.fixture(scope="module")
 def other_input():
     return torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(4))
+
+
+def registry_script(registry: HookRegistry) -> str:
+    """Every live hook of ``registry`` as one script, joined from the inspector's snippets (here, not in the app: only
+    this check runs the snippets of a whole registry together).
+
+    Mix references come first (Hookscope computes them without edits), then the edits in the order their hooks
+    were registered (each with ``prepend=True``, so the last one registered runs first, as in Hookscope), then
+    the reading hooks.
+    """
+    survey = registry.survey
+    infos = registry.live_hooks()
+    edits = [(info, registry.edit(info.edit_id)) for info in infos if info.edit_id is not None]
+    reads = [info for info in infos if info.edit_id is None]
+    parts = [
+        '"""Hooks registered in Hookscope, as plain PyTorch.',
+        "",
+        "Before running this, set `model` to the same network (in eval mode)"
+        + (
+            " and `others` to the other images a mix blends in, preprocessed like the input."
+            if any(e.kind == "mix" for _, e in edits)
+            else "."
+        ),
+        '"""',
+        "",
+        "import torch",
+        "",
+        'captured = {}  # what the reading hooks keep, by "KIND:PATH"',
+        "",
+    ]
+    for info, edit in edits:
+        if edit.kind == "mix":
+            parts += [mix_reference_snippet(edit, info.edit_id or 0)]
+    for info, edit in edits:
+        calls = survey.run_of(info.path).calls if survey is not None else 1
+        parts += ["", edit_snippet(edit, info.edit_id or 0, calls=max(calls, 1), with_reference=False)]
+    for info in reads:
+        run = survey.run_of(info.path) if survey is not None else None
+        parts += ["", hook_snippet(info, run=run)]
+    parts += [
+        "",
+        "# Run it as Hookscope does: forward, the top-1 logit, backward to the input x (1, C, H, W):",
+        "#   x = x.clone().requires_grad_(True)",
+        "#   logits = model(x)",
+        "#   torch.autograd.backward(logits[0, logits[0].argmax()], inputs=[x])",
+        "",
+    ]
+    return "\n".join(parts)
 
 
 def test_the_whole_script_reproduces_every_record(resnet18, small_input, other_input):

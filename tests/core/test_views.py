@@ -15,9 +15,9 @@ from hookscope.core.pictures.views import (
     mosaic,
     mosaic_layout,
     mosaic_size,
+    shaped,
     sort_order,
     to_uint8,
-    token_grid,
 )
 
 RNG = np.random.default_rng(0)
@@ -27,37 +27,36 @@ def _random(*shape: int) -> np.ndarray:
     return RNG.normal(size=shape).astype(np.float32)
 
 
-# --- token_grid ---------------------------------------------------------------------------------------
+# --- tokens laid back on their grid -----------------------------------------------------------------
 
 
-def test_token_grid_vit_b16_drops_class_token() -> None:
+def test_vit_b16_tokens_are_a_grid_without_the_class_token() -> None:
     tokens = _random(197, 768)
-    result = token_grid(tokens)
-    assert result is not None
-    grid, note = result
-    assert grid.shape == (768, 14, 14)
+    kind, grid, notes = shaped(tokens)
+    assert kind == "maps" and grid.shape == (768, 14, 14)
     assert np.array_equal(grid, tokens[1:].reshape(14, 14, 768).transpose(2, 0, 1))
-    assert "class token" in note and "14x14" in note
+    assert "class token" in notes[0] and "14x14" in notes[0]
 
 
-def test_token_grid_without_class_token() -> None:
+def test_tokens_without_a_class_token_are_a_grid() -> None:
     tokens = _random(196, 32)
-    grid, note = token_grid(tokens)  # type: ignore[misc]
-    assert grid.shape == (32, 14, 14)
+    kind, grid, notes = shaped(tokens)
+    assert kind == "maps" and grid.shape == (32, 14, 14)
     assert np.array_equal(grid[:, 2, 3], tokens[2 * 14 + 3])
-    assert "class token" not in note
+    assert "class token" not in notes[0]
 
 
-def test_token_grid_vit_b32() -> None:
+def test_vit_b32_tokens_are_a_7x7_grid() -> None:
     tokens = _random(50, 16)
-    grid, _ = token_grid(tokens)  # type: ignore[misc]
+    _kind, grid, _notes = shaped(tokens)
     assert grid.shape == (16, 7, 7)
     assert np.array_equal(grid[:, 0, 0], tokens[1])
 
 
-def test_token_grid_not_a_grid() -> None:
-    assert token_grid(_random(198, 8)) is None
-    assert token_grid(_random(0, 8)) is None
+def test_tokens_that_are_no_grid_are_shown_as_one_map() -> None:
+    for count in (198, 0):
+        kind, grid, notes = shaped(_random(count, 8))
+        assert kind == "maps" and grid.shape == (1, count, 8) and notes == [f"{count}x8 output shown as one map"]
 
 
 # --- as_channels --------------------------------------------------------------------------------------

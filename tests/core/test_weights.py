@@ -17,18 +17,15 @@ from loopback import files_in, serving
 
 from hookscope.cli import main
 from hookscope.cli.common import load_for_cli
-from hookscope.cli.dispatch import build_parsers
-from hookscope.core.common.errors import ModelError
+from hookscope.cli.export import build_export_parser
+from hookscope.core.common.errors import DownloadCancelled, ModelError, WeightsDownloadError
 from hookscope.core.models.catalogue import default_weights_file, load_model
 from hookscope.core.models.weights import (
     WEIGHTS_URL_ENV,
-    DownloadCancelled,
-    WeightsDownloadError,
     download_to_cache,
     download_weights,
     expected_hash_prefix,
     is_cached,
-    load_model_downloading,
     weights_url,
 )
 
@@ -205,9 +202,6 @@ def test_offline_is_one_clear_sentence(hub, monkeypatch):
     assert message.startswith(f"Could not reach 127.0.0.1:{port} to download resnet18's weights (")
     assert "you appear to be offline" in message and "resnet18-f37072fd.pth" in message and "\n" not in message
     assert files_in(hub) == []
-    # the window's path: the untrained model, with that sentence as its notice
-    loaded = load_model_downloading("resnet18", seed=2)
-    assert not loaded.pretrained and "you appear to be offline" in loaded.notice and "seed 2" in loaded.notice
 
 
 @pytest.fixture
@@ -244,13 +238,6 @@ def test_forced_download_replaces_only_when_verified(served_model_weights, hub, 
     with pytest.raises(WeightsDownloadError, match="cut short"):
         download_weights(MODEL, force=True)
     assert files_in(hub) == [served_model_weights] and path.read_bytes() == good
-
-
-def test_load_model_downloading_gives_the_pretrained_model(served_model_weights, hub):
-    seen = []
-    loaded = load_model_downloading(MODEL, progress=lambda *a: seen.append(a))
-    assert loaded.pretrained and loaded.weights == "default" and loaded.notice == ""
-    assert seen and seen[-1][0] == seen[-1][1] == (hub / served_model_weights).stat().st_size
 
 
 def test_stale_partial_files_are_cleaned_up(server, hub):
@@ -314,7 +301,7 @@ def test_the_command_line_says_an_untrained_model_runs_where_the_window_says_it_
 
 
 def test_export_default_weights_notice_points_to_download(hub, capsys):
-    args = build_parsers()[1].parse_args(["--model", MODEL, "--weights", "default", "--image", "x.png"])
+    args = build_export_parser().parse_args(["--model", MODEL, "--weights", "default", "--image", "x.png"])
     loaded = load_for_cli(args)
     assert not loaded.pretrained
     assert f"download them with 'hookscope download --model {MODEL}'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Issue 13, item 3: a tiny but very wide (or tall) image keeps memory bounded.
+"""A tiny but very wide (or tall) image keeps memory bounded.
 
 A 169-byte 30000x1 PNG used to become a 7.68-million x 256 picture in the resize before the crop (6 GB). Now the
 centre the crop needs is cut first (``Preprocess.to_tensor``); ordinary pictures still take torchvision's exact path.

@@ -7,7 +7,9 @@ index is not reachable from them), and then, on the result moved into a folder w
 - the bundle's own ``--self-test`` passes in an empty environment (no Python, nothing on PATH);
 - no ELF file needs a newer GLIBC_ / GLIBCXX_ version than the README states, and the build host's libstdc++,
   libgcc_s, libexpat, ... are not in it;
-- the CUDA libraries are there (so the CPU variant's check, which refuses them, is shown to find them);
+- the CUDA libraries are there (so the CPU variant's check, which refuses them, is shown to find them), and none
+  of the files the spec leaves out (bundle_checks.LEFT_OUT); what it carries is printed (`audit`);
+- ``--help`` names the project's address (Hookscope's own metadata is in the bundle);
 - ``--install-desktop-entry`` in a temporary HOME writes an entry whose Exec path exists and runs the self-test;
 - the licence files are in it; no file is 2 GiB or more, and the archive's parts join to the checksummed archive;
 - started without a display, it exits 1 with one line in the per-user log; under Xvfb (when installed) the splash
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from hookscope.system.desktop_entry import read_exec
 
@@ -148,6 +151,17 @@ def test_cuda_bundle_from_a_clean_checkout_works_as_a_download(tmp_path: Path, c
         print("highest needs:", {f: checks.version_text(v) for f, (v, _) in checks.highest_needs(bundle).items()})
         cuda = checks.cuda_libraries(bundle)
         assert any("libtorch_cuda" in name for name in cuda), "the CUDA variant lost torch's CUDA library"
+        assert checks.left_out_found(bundle) == [], "a file the spec leaves out is in the bundle"
+        print("\n".join(checks.audit_lines(bundle)))
+
+        # --help names the version and the project's address: the bundle carries Hookscope's metadata
+        helped = subprocess.run([str(launcher), "--help"], env=empty_env(tmp_path / "help-home"),
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        urls = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]
+        assert (
+            helped.returncode == 0
+            and f"Downloads (installers for Linux, Windows and macOS): {urls['Releases']}" in (helped.stdout)
+        ), helped.stdout[-1000:] + helped.stderr[-1000:]
 
         home = tmp_path / "desktop-home"
         installed = subprocess.run(

@@ -140,3 +140,81 @@ def test_the_readme_states_the_floor_the_checks_enforce(checks) -> None:
     assert checks.parse_version(cxx.group(1)) == checks.FLOOR["GLIBCXX"]
     for system in ("Ubuntu 22.04", "Debian 12", "Fedora 36"):
         assert system in readme
+
+
+# --- what a bundle carries and what the spec leaves out (issue 47, item 5) ---------------------------------------
+
+
+def torch_lib() -> Path:
+    import torch
+
+    return Path(torch.__file__).parent / "lib"
+
+
+def objdump_needed(path: Path) -> list[str]:
+    text = subprocess.run(["objdump", "-p", str(path)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"^\s+NEEDED\s+(\S+)$", text, re.M)
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="binutils' objdump is the reference")
+def test_the_needed_reader_agrees_with_objdump(checks) -> None:
+    for path in (SYSTEM_ELF, torch_lib() / "libshm.so", torch_lib() / "libc10.so"):
+        assert checks.needed_libraries(path) == objdump_needed(path), path
+    assert "libc10.so" in checks.needed_libraries(torch_lib() / "libshm.so")
+
+
+def test_the_left_out_files_are_refused_in_a_bundle_and_nothing_else_is(checks, tmp_path: Path) -> None:
+    bundle = tmp_path / "hookscope"
+    keep = ["torch/bin/torch_shm_manager", "PySide6/Qt/lib/libQt6Core.so.6", "resources/chelsea.png"]
+    for name in keep:
+        (bundle / "_internal" / name).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / "_internal" / name).write_bytes(b"kept")
+    command = [sys.executable, str(ROOT / "packaging" / "bundle_checks.py"), "left-out", str(bundle)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("none of the"), done.stderr
+    for name in ("torch/bin/protoc", "torch/bin/protoc-3.21.12.0", "PySide6/Qt/translations/qtbase_de.qm"):
+        (bundle / "_internal" / name).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / "_internal" / name).write_bytes(b"left out")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"bundle_checks: left out by hookscope.spec, yet in the bundle: {name}"
+        for name in ("PySide6/Qt/translations/qtbase_de.qm", "torch/bin/protoc", "torch/bin/protoc-3.21.12.0")
+    ]
+    assert not any(checks.is_left_out(name) for name in keep)
+
+
+def test_the_spec_leaves_them_out_of_binaries_and_data_before_the_splash(checks) -> None:
+    spec = (ROOT / "packaging" / "hookscope.spec").read_text()
+    assert "a.binaries = [entry for entry in a.binaries if not checks.is_left_out(entry[0])]" in spec
+    assert "a.datas = [entry for entry in a.datas if not checks.is_left_out(entry[0])]" in spec
+    assert spec.index("checks.is_left_out") < spec.index("splash = Splash(")
+    lines = [line for line in subprocess.run(["bash", str(ROOT / "packaging" / "build.sh"), "--print-commands"],
+             capture_output=True, text=True, timeout=60).stdout.splitlines() if not line.startswith("#")]  # fmt: skip
+    left_out = lines.index("build/venv-cpu/bin/python packaging/bundle_checks.py left-out dist/hookscope")
+    assert left_out < next(i for i, line in enumerate(lines) if line.endswith("--self-test"))
+    assert '"left-out", "dist\\hookscope"' in (ROOT / "packaging" / "build-windows.ps1").read_text()
+
+
+def test_the_audit_measures_headers_tests_duplicates_and_what_is_linked(checks, tmp_path: Path) -> None:
+    bundle = tmp_path / "hookscope"
+    inside = bundle / "_internal"
+    (inside / "torch" / "lib").mkdir(parents=True)
+    (inside / "torch" / "include").mkdir()
+    (inside / "torch" / "tests").mkdir()
+    shutil.copy(torch_lib() / "libshm.so", inside / "torch" / "lib")  # needs libc10.so
+    shutil.copy(torch_lib() / "libc10.so", inside / "torch" / "lib")
+    shutil.copy(torch_lib() / "libc10.so", inside / "libc10-copy.so")  # a duplicate copy
+    (inside / "torch" / "include" / "a.h").write_text("int a;\n" * 100)
+    (inside / "torch" / "tests" / "test_a.py").write_text("x = 1\n" * 1000)
+    found = checks.audit(bundle)
+    assert [name for _size, name in found.headers] == ["_internal/torch/include/a.h"]
+    assert [name for _size, name in found.test_folders] == ["_internal/torch/tests/test_a.py"]
+    assert found.duplicates == [
+        ((torch_lib() / "libc10.so").stat().st_size, "_internal/torch/lib/libc10.so", "_internal/libc10-copy.so")
+    ]
+    # libc10.so is linked (libshm.so names it); libshm.so is named by nothing here
+    assert {name for _size, name in found.linked} == {"_internal/torch/lib/libc10.so"}
+    assert "_internal/torch/lib/libshm.so" in {name for _size, name in found.not_linked}
+    lines = checks.audit_lines(bundle)
+    assert lines[0] == f"bundle: {found.total / 1e6:.1f} MB in 5 files" and lines[1].startswith("headers: 1 files")

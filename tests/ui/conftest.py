@@ -23,14 +23,20 @@ import tqdm  # noqa: E402
 import weights_server  # noqa: E402
 from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
-from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+from PySide6.QtWidgets import QApplication, QLayout, QLayoutItem, QSpacerItem, QWidget, QWidgetItem  # noqa: E402
+from shiboken6 import Shiboken  # noqa: E402
 
 from hookscope.core.models.weights import WEIGHTS_URL_ENV  # noqa: E402
+from hookscope.system.allocator import keep_freed_memory  # noqa: E402
 from hookscope.ui.main_window import MainWindow  # noqa: E402
 from hookscope.ui.state.settings import SETTINGS_DIR_ENV  # noqa: E402
 from hookscope.ui.state.worker import active_threads, wait_for_workers  # noqa: E402
 
 RUN_TIMEOUT_MS = 120_000
+
+# glibc's malloc as the app sets it for every command, the window too (``hookscope.cli.dispatch``), before any
+# thread has an arena of its own: the window's memory is measured as a user's window uses it (tests/ui/test_memory.py).
+keep_freed_memory()
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +95,48 @@ def nothing_left_behind(qapp) -> Iterator[None]:
     assert not shown, "left on screen after the test: " + ", ".join(
         f"{type(w).__name__} {w.objectName() or w.windowTitle()!r}" for w in shown
     )
+
+
+def stale_layout_items() -> list[str]:
+    """Python wrappers over layout items (the ``QWidgetItem`` of a widget in a layout, the ``QSpacerItem`` of a
+    stretch) that no layout of any widget holds any more, and items that came back through a wrapper of another
+    kind; one line each (issue 48, ``hookscope/ui/widgets/disposal.py``).
+
+    Such an item is no QObject: when Qt frees it, PySide is not told, and its wrapper stays in PySide's table under
+    the freed address, to be handed out for the next object Qt makes there. The live items are read from every
+    widget's layouts (``itemAt``, which gives them wrappers owned by their layouts: call this last in a test), and
+    each must be the kind its wrapper says; a wrapper Python made and owns (a spacer not yet in a layout) is not
+    Qt's to free. Reading a stale wrapper's address never touches the freed object."""
+    live: dict[int, QLayoutItem] = {}
+    # Held to the end: a wrapper PySide made here and then let go of takes those of its children with it (a
+    # widget's, its layout's; the layout's, its items'), and they would read as invalid.
+    widgets = QApplication.allWidgets()
+    held: list[QLayout] = []
+    for widget in widgets:
+        top = widget.layout()
+        if top is None:
+            continue
+        for layout in (top, *top.findChildren(QLayout)):
+            held.append(layout)
+            for index in range(layout.count()):
+                item = layout.itemAt(index)
+                if item is not None:
+                    live[Shiboken.getCppPointer(item)[0]] = item
+    problems = []
+    for address, item in live.items():
+        if not Shiboken.isValid(item):
+            problems.append(f"{type(item).__name__} at {address:#x}: held by a layout, its wrapper is invalid")
+        elif isinstance(item, QSpacerItem) != (item.spacerItem() is not None) or isinstance(item, QWidgetItem) != (
+            item.widget() is not None and item.layout() is None
+        ):
+            problems.append(f"{type(item).__name__} at {address:#x}: the wrapper of another kind of item")
+    for wrapper in Shiboken.getAllValidWrappers():
+        if not isinstance(wrapper, QLayoutItem) or isinstance(wrapper, QLayout) or Shiboken.ownedByPython(wrapper):
+            continue
+        address = Shiboken.getCppPointer(wrapper)[0]
+        if address not in live:
+            problems.append(f"{type(wrapper).__name__} at {address:#x}: no layout holds it, its wrapper stays")
+    return problems
 
 
 @contextmanager
@@ -163,7 +211,7 @@ def workspace(qtbot) -> Iterator:
     """A workspace over ResNet-18 (random weights) with the sample image's first run done, and no window."""
     from hookscope.ui.state.workspace import Workspace
 
-    space = Workspace(weights="none", checks=["layer1.0.conv1"])
+    space = Workspace(weights="none", ticks=["layer1.0.conv1"])
     space.attach_view(lambda: (300, 300))
     with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
         space.start("resnet18", None)

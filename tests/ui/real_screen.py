@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     photos = [p for p in args.photos.split(",") if p]
 
     app = application()
-    window = make_window(checks=list(MODULES), check_kinds=KINDS, remember=False)
+    window = make_window(ticks=list(MODULES), tick_kinds=KINDS, remember=False)
     window.show_dialogs = False
     window.resize(width, height)
     window.move(0, 0)

@@ -144,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         hub = serving(HubServer(folder / "repos"))
         server = hub.__enter__()
         os.environ.update(HF_ENDPOINT=server.base, HF_HOME=str(folder / "hf"))
-        window = make_window(model=name, weights="default", checks=checks, remember=False)
+        window = make_window(model=name, weights="default", ticks=checks, remember=False)
     elif args.kind == "detection":
-        window = make_window(weights=args.weights, checks=["layer1.0.conv1"], remember=False)
+        window = make_window(weights=args.weights, ticks=["layer1.0.conv1"], remember=False)
     else:
-        window = make_window(model=name, weights=args.weights, checks=checks, remember=False)
+        window = make_window(model=name, weights=args.weights, ticks=checks, remember=False)
     window.show_dialogs = False
     window.resize(width, height)
     window.move(0, 0)

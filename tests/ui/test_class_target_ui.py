@@ -1,5 +1,5 @@
-"""Issue 13 in the window: a class that does not exist is an error message with the results kept (item 1); the
-Grad-CAM panel says its scale (item 8); a ticked gradient with no record says why (item 6)."""
+"""Targets and gradients in the window: a class that does not exist is an error message with the results kept; the
+Grad-CAM panel says its scale; a ticked gradient with no record says why."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import textwrap
 import pytest
 from conftest import no_run_asked
 
+from hookscope.core.engine.target_words import Objective
 from hookscope.core.models.files import open_model_file
 from hookscope.core.pictures.cam import run_grad_cam
 from hookscope.ui.features.grad_cam import SCALE_TEXT, GradCamFeature
@@ -21,14 +22,14 @@ def test_a_class_the_model_lacks_is_refused_and_the_results_stay(workspace, qtbo
     with no_run_asked(workspace), qtbot.waitSignal(workspace.error, timeout=5000) as error:
         workspace.set_target(5000)
     assert error.args == [MISSING, True]
-    assert workspace.target == "top1" and workspace.last is before
+    assert workspace.target.kind == "top1" and workspace.last is before
     assert workspace.last is before, "nothing ran"
 
 
 def test_a_bad_target_that_reaches_a_run_fails_it_and_keeps_the_results(workspace, qtbot) -> None:
     """A target set without the check (a session's, say) is stopped by the run itself, with the same words."""
     before = workspace.last
-    workspace.target = 5000
+    workspace._target = Objective("class", index=5000)  # past set_target's check, as no window can set it
     with qtbot.waitSignal(workspace.failed, timeout=RUN_TIMEOUT_MS) as failed:
         workspace.run_again()
     assert failed.args[0].message.endswith(MISSING)
@@ -41,7 +42,7 @@ def test_the_window_shows_the_error_and_keeps_its_predictions(window, qtbot) -> 
     window.predictions.target_chosen.emit(5000)
     qtbot.waitUntil(lambda: MISSING in window.last_error, timeout=5000)
     assert [row.index for row in window.predictions.rows] == rows
-    assert window.predictions.target_label.text() == target and window.workspace.target == "top1"
+    assert window.predictions.target_label.text() == target and window.workspace.target.kind == "top1"
 
 
 def test_grad_cam_panel_says_its_scale(workspace, host, qtbot) -> None:

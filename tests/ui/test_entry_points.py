@@ -67,15 +67,23 @@ def test_screenshot_at_a_size_with_the_columns_asked_for(tmp_path: Path, qapp, m
 
 @pytest.mark.parametrize("size, ticks", [("1024", None), ("10x10", None), (None, "act,weights")])
 def test_a_bad_size_or_ticks_is_one_clear_error(tmp_path: Path, qapp, size, ticks) -> None:
-    with pytest.raises(HookscopeError, match="--size|--ticks"):
+    with pytest.raises(HookscopeError, match="--size|--hooks"):
         run_gui(None, None, "none", "cpu", str(tmp_path / "x.png"), None, False, size=size, ticks=ticks)
 
 
-def test_ticks_name_the_trees_columns_in_their_order() -> None:
-    """--ticks: in, act, grad (a tensor hook on the output), grad_in (grad_input, a full backward hook)."""
+def test_ticks_name_the_trees_columns_in_their_order(capsys) -> None:
+    """--hooks: in, act, grad (a tensor hook on the output), grad_in (grad_input, a full backward hook): the words of
+    export's --hooks; grad_out (a full backward hook's grad_output) ticks the Grad column that shows it."""
     from hookscope.ui.app import parse_ticks
 
     assert parse_ticks("grad_in,act") == ("forward", "grad_input")
     assert parse_ticks("grad, in") == ("pre", "tensor")
-    with pytest.raises(HookscopeError, match="--ticks takes a list of in, act, grad, grad_in"):
-        parse_ticks("backward")
+    assert parse_ticks("grad_out,act") == ("forward", "tensor")
+    assert capsys.readouterr().err == ""
+    assert parse_ticks("forward,tensor") == ("forward", "tensor")  # the old spellings: still taken, said once
+    assert capsys.readouterr().err == (
+        "hookscope: warning: --hooks: 'forward' is now 'act' and 'tensor' is now 'grad'; the old words still work, "
+        "for now.\n"
+    )
+    with pytest.raises(HookscopeError, match="--hooks takes a list of in, act, grad, grad_in"):
+        parse_ticks("weights")

@@ -110,7 +110,7 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
     with qtbot.waitSignal(sessions.exported, timeout=RUN_TIMEOUT_MS):
         assert sessions.export_run(out)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["hook_kinds"] == ["forward", "pre", "tensor"]
+    assert manifest["hook_kinds"] == ["act", "in", "grad"]  # the vocabulary's words
     assert manifest["model"]["name"] == "resnet18" and manifest["input_shape"] == [1, 3, 224, 224]
     with np.load(out / "activations.npz") as archive:
         assert set(archive.files) == {"layer1.0.conv1", "layer4.1.conv2"}
@@ -119,11 +119,11 @@ def test_export_run_writes_the_command_line_layout(window, qtbot, tmp_path):
         )
     with np.load(out / "inputs.npz") as archive:
         assert "layer2.0.conv1" in archive.files
-    with np.load(out / "tensor_gradients.npz") as archive:  # the Grad column: tensor hooks
+    with np.load(out / "gradients.npz") as archive:  # the Grad column (tensor hooks): as hookscope export names it
         assert set(archive.files) == {"layer1.0.conv1", "layer4.1.conv2"}
-    assert not (out / "gradients.npz").exists()  # no full backward hook's grad_output was ticked
+    assert not (out / "output_gradients.npz").exists()  # no full backward hook's grad_output was ticked
     np.testing.assert_array_equal(np.load(out / "input.npy"), space.last.result.input.numpy())
-    png = Image.open(out / "png" / "forward" / "layer1.0.conv1.png")
+    png = Image.open(out / "png" / "activations" / "layer1.0.conv1.png")
     assert png.size == (8 * 57 - 1, 8 * 57 - 1)
 
 

@@ -8,8 +8,8 @@ import torch
 from conftest import no_run_asked
 from PySide6.QtCore import Qt
 
-from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.models.inputs import custom_preprocess
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.ui.dialogs.input_dialog import InputDialog
 from hookscope.ui.features.input_settings import InputSettingsFeature
 

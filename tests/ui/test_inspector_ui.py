@@ -13,7 +13,7 @@ from hookscope.core.teaching.script_export import standalone_script
 from hookscope.core.teaching.snippets import snippet_for
 from hookscope.ui.features.inspector import KIND, METHOD, MODULE, NOTE, REMOVE, ROLE, SHOW_ACTION, InspectorFeature
 from hookscope.ui.main_window import MainWindow
-from hookscope.ui.widgets.module_tree import KIND_COLUMNS, ModuleTreeModel
+from hookscope.ui.widgets.module_tree import ATTENTION, KIND_COLUMNS, ModuleTreeModel
 
 RUN_TIMEOUT_MS = 120_000
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -115,9 +115,8 @@ def test_remove_one_unticks_it_and_remove_all_leaves_no_hook_and_no_tick(window:
     assert window.workspace.registry.handle_count() == 0 and window.workspace.ticked_pairs() == set()
     for node in model.nodes:
         for column in KIND_COLUMNS.values():
-            assert (
-                model.data(model.index_of(node.path, column), Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Unchecked
-            )
+            unticked = None if column == ATTENTION else Qt.CheckState.Unchecked  # a ResNet has no Attn box at all
+            assert model.data(model.index_of(node.path, column), Qt.ItemDataRole.CheckStateRole) == unticked
     assert not window.panel_area.panels
     assert window.features["interventions"].rows() == [] and window.workspace.registry.edits() == []
     assert inspector.count_label.text() == "0 live hooks" and inspector.table.rowCount() == 0

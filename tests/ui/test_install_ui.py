@@ -14,7 +14,7 @@ from PySide6.QtCore import QCoreApplication
 from PySide6.QtWidgets import QApplication, QPushButton
 
 import hookscope.ui.app as app_module
-from hookscope.cli.dispatch import build_parsers
+from hookscope.cli.dispatch import build_window_parser
 from hookscope.system.desktop_entry import ENTRY_NAME, read_exec
 from hookscope.system.startup import data_folder
 from hookscope.ui.dialogs.about import show_about
@@ -26,7 +26,7 @@ RUN_TIMEOUT_MS = 120_000
 
 
 def test_the_window_parser_takes_several_files_as_a_desktop_passes_them() -> None:
-    gui = build_parsers()[0]
+    gui = build_window_parser()
     args = gui.parse_intermixed_args(["a.png", "--model", "resnet18", "b c.jpg", "d.png"])
     assert args.images == ["a.png", "b c.jpg", "d.png"] and args.model == "resnet18"
     assert gui.parse_intermixed_args([]).images == []
@@ -54,7 +54,7 @@ def test_several_files_open_the_first_and_queue_the_rest(photos, qtbot, monkeypa
     window = made[0]
     qtbot.addWidget(window)
     space = window.workspace
-    assert space.queue.paths == paths and space.queue.index == 0
+    assert list(space.image_list) == paths and space.image_index == 0
     assert space.last.image.path == paths[0]
     window.close()
 

@@ -68,7 +68,7 @@ def test_a_lesson_registers_through_the_workspace_runs_and_leaves_no_handle(less
     # the hooks the lesson's run registered by itself were listed while the run lived, and only then
     assert [("conv1", "pre", "register_forward_pre_hook"), ("conv1", "forward", "register_forward_hook")] in listed
     assert listed[-1] == []
-    assert workspace.external_hooks == []
+    assert workspace.external_hooks == ()
     result = lessons.result
     assert result.ok and result.lesson == "pre-double", result.claim
     assert lessons.claim.text().startswith("✓ Reproduced:")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import RUN_TIMEOUT_MS, photo
 
-from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.ui.features.load_cancel import CANCEL_ACTION, LoadCancelFeature
 from hookscope.ui.state.requests import ImageSource
 from hookscope.ui.state.worker import CLOSE_WAIT_MS, active_threads, wait_for_workers
@@ -54,6 +54,7 @@ class Stuck(nn.Module):
         self.conv = nn.Conv2d(3, 4, 3)
 
     def forward(self, x):
+        RELEASE.with_name("inside").touch()  # what a test waits for: the forward pass has begun
         while not RELEASE.exists():  # a forward pass that never ends, until the test lets it
             time.sleep(0.02)
         return self.conv(x).mean(dim=(2, 3))
@@ -156,7 +157,7 @@ def test_the_window_closes_in_under_two_seconds_while_a_run_hangs(make_window, q
         window.features["model_files"].open(spec, trust=True)
     runner = window.workspace.scheduler.runner
     qtbot.waitUntil(lambda: runner.running_job is not None and runner.running_job.label == "run", timeout=10_000)
-    qtbot.wait(300)  # inside the stuck forward pass by now
+    qtbot.waitUntil(lambda: (release / "inside").exists(), timeout=10_000)  # inside the stuck forward pass
     assert _pool_active() == 1
     faulthandler.dump_traceback_later(60, exit=True)  # before the fix close() waited for ever: fail, not hang
     try:

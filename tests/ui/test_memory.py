@@ -6,22 +6,30 @@ runs later; a model switch left the old model's last panels, and sometimes the o
 Now a removed panel lets go of its pictures at once, and the GUI thread's collector makes a full collection and
 trims malloc's free pages after a model switch and, at most every 10 s, when the pool is idle after work ended.
 
-The default run checks the mechanism; the loop of 100 iterations that measures it is marked slow:
-``pytest -m slow tests/ui/test_memory.py``."""
+The loop of 100 iterations that measures it runs in the default run (about a minute on a quiet machine): marked
+slow, it went unrun and regressed unseen (issue 48: stale wrappers of layout items, +100 MB). It fails on any
+exception in the Qt event loop, on a wrapper left over a layout item Qt freed, and on RSS growing more than
+``RSS_GROWTH_MB`` from iteration 10 to 100 (the model at 10 is MobileNetV3-small, at 100 ResNet-18: about 36 MB
+of the margin), with glibc's malloc set as the app sets it (``keep_freed_memory``, in conftest.py)."""
 
 from __future__ import annotations
 
 import gc
 import os
 import random
+import traceback
 import weakref
 
 import numpy as np
-import pytest
-from conftest import RUN_TIMEOUT_MS
+from conftest import RUN_TIMEOUT_MS, stale_layout_items
 from PIL import Image
 
 from hookscope.ui.state import worker
+
+# Issue 48 asks for 60 MB. Not met yet: on 6.9.3, on a machine loaded by other work, six runs grew +45 to +99 MB,
+# three of them over 60 (most of it comes between iterations 10 and 30, then it is about flat). Until it is, the
+# bound this loop had when it was marked slow, so that the default run stays green while the issue is open.
+RSS_GROWTH_MB = 100
 
 
 def _rss_mb() -> float:
@@ -71,11 +79,11 @@ def test_a_model_switch_collects_the_old_model_and_its_panels(window, qtbot):
     qtbot.waitUntil(lambda: old() is None and all(p() is None for p in pictures), timeout=3000)
 
 
-@pytest.mark.slow
 def test_memory_stays_flat_over_a_hundred_iterations(make_window, qtbot, tmp_path):
     """The loop of the issue: image changes, random ticks, 10 model switches, the scan, visualize and lessons docks
-    opened and closed, 10 visualize and 10 scan jobs started and cancelled. RSS after 100 iterations within 100 MB
-    of iteration 10 (the first iterations load what stays: the second model, the docks' widgets)."""
+    opened and closed, 10 visualize and 10 scan jobs started and cancelled. No exception in the Qt event loop, no
+    wrapper over a layout item Qt freed (issue 48), and RSS after 100 iterations within RSS_GROWTH_MB of iteration
+    10 (the first iterations load what stays: the second model, the docks' widgets)."""
     images = []
     for k in range(4):
         path = tmp_path / f"p{k}.png"
@@ -92,10 +100,26 @@ def test_memory_stays_flat_over_a_hundred_iterations(make_window, qtbot, tmp_pat
     qtbot.waitUntil(lambda: space.last is not None and _settled(space), timeout=RUN_TIMEOUT_MS)
     space.open_paths(images)
     qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
+    rss: dict[int, float] = {}
+    with qtbot.capture_exceptions() as errors:
+        _loop(window, qtbot, folder, rss)
+    assert not errors, "exceptions in the Qt event loop:\n" + "\n".join(
+        "".join(traceback.format_exception(*error)) for error in errors[:3]
+    )
+    grown = rss[100] - rss[10]
+    print(f"RSS at iteration 10: {rss[10]:.0f} MB, at 100: {rss[100]:.0f} MB ({grown:+.0f} MB)")
+    stale = stale_layout_items()  # last: its walk gives the layouts' items wrappers of their own
+    assert not stale, f"{len(stale)} wrapper(s) over layout items Qt freed:\n" + "\n".join(stale[:10])
+    assert grown <= RSS_GROWTH_MB, (
+        f"RSS grew {grown:.0f} MB from iteration 10 to 100 ({rss[10]:.0f} -> {rss[100]:.0f} MB)"
+    )
+
+
+def _loop(window, qtbot, folder, rss: dict[int, float]) -> None:
+    space = window.workspace
     scan, visualize = window.features["scan"], window.features["visualize"]
     rng = random.Random(0)
     models = ["mobilenet_v3_small", "resnet18"]
-    rss: dict[int, float] = {}
     for it in range(1, 101):
         space.step_image(1 if it % 2 else -1)
         qtbot.waitUntil(lambda: _settled(space), timeout=RUN_TIMEOUT_MS)
@@ -133,6 +157,3 @@ def test_memory_stays_flat_over_a_hundred_iterations(make_window, qtbot, tmp_pat
             done = worker._collector.full_collections
             qtbot.waitUntil(lambda done=done: worker._collector.full_collections > done, timeout=15_000)
             rss[it] = _rss_mb()
-    grown = rss[100] - rss[10]
-    print(f"RSS at iteration 10: {rss[10]:.0f} MB, at 100: {rss[100]:.0f} MB ({grown:+.0f} MB)")
-    assert grown <= 100, f"RSS grew {grown:.0f} MB from iteration 10 to 100 ({rss[10]:.0f} -> {rss[100]:.0f} MB)"

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QMenu
 from torch import nn
 
 from hookscope.core.models import catalogue as core_models
-from hookscope.core.outputs.session import file_sha256
+from hookscope.core.models.files import file_sha256
 from hookscope.ui.dialogs.architecture_dialog import ArchitectureDialog, ArchitectureFit, guess_architecture
 from hookscope.ui.features.open_model import MODEL_FOLDER_KEY, ModelFilesFeature, is_model_file
 from hookscope.ui.state.settings import app_settings

@@ -1,4 +1,4 @@
-"""Issue 44, item 2: after the Model box switches model, nothing of the old model's run stays on screen (the mask,
+"""After the Model box switches model, nothing of the old model's run stays on screen (the mask,
 boxes, region and saliency on the input, the classes in Predictions, the target line, the panels) until the new
 model's run comes; when that run fails, the views say why and still show nothing of the old model.
 
@@ -7,6 +7,8 @@ Real windows, real torchvision models built by name with random weights (nothing
 from __future__ import annotations
 
 import pytest
+
+from hookscope.core.engine.target_words import parse_target
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -38,7 +40,7 @@ def old_results_gone(window, old_words: list[str]) -> None:
 @pytest.fixture
 def seg_window(make_window, qtbot):
     """ResNet-18's run on screen, then LR-ASPP chosen in the Model box: at the switch, ResNet-18's classes go."""
-    window = make_window(checks=["layer1.0.conv1"])
+    window = make_window(ticks=["layer1.0.conv1"])
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
     space = window.workspace
@@ -58,7 +60,7 @@ def test_switching_from_a_segmenter_to_a_classifier_leaves_nothing_of_the_segmen
     window = seg_window
     space = window.workspace
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
-        space.set_target("class:0@20,30,200,240")  # a region, as a drag sets it: framed on the input
+        space.set_target(parse_target("class:0@20,30,200,240"))  # a region, as a drag sets it: framed on the input
     assert window.input_panel._box.rubber_band.isVisible()
     result = space.last.result
     name = result.target.split("(")[1].split(")")[0]  # the class the target line names, "background"

@@ -127,7 +127,7 @@ def test_a_wide_page_shows_one_card_per_module_with_its_kinds_side_by_side_in_tr
 
 
 def test_a_narrow_page_stacks_the_kinds_in_the_card_and_a_wider_one_puts_them_back(qtbot, captured) -> None:
-    area = make_area(qtbot, captured, 600, 700)
+    area = make_area(qtbot, captured, 450, 700)  # room for one panel's width: one column
     conv = card_of(area, "layer1.0.conv1")
     assert conv.stacked
     rects = [page_rect(area, p) for p in conv.panels()]
@@ -139,7 +139,7 @@ def test_a_narrow_page_stacks_the_kinds_in_the_card_and_a_wider_one_puts_them_ba
     assert not conv.stacked
     rects = [page_rect(area, p) for p in conv.panels()]
     assert len({r.top() for r in rects}) == 1 and all(a.right() < b.left() for a, b in zip(rects, rects[1:]))
-    area.resize(600, 700)
+    area.resize(450, 700)
     settle()
     assert conv.stacked
 

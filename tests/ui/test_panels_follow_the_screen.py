@@ -27,12 +27,13 @@ KINDS = ("forward", "tensor")
 @pytest.fixture
 def tall(make_window, qtbot):
     """Nine modules with Act and Grad ticked in a 1024x700 window: 18 panels, most of them far below the view."""
-    window = make_window(checks=list(MODULES), check_kinds=KINDS, remember=False)
+    window = make_window(ticks=list(MODULES), tick_kinds=KINDS, remember=False)
     window.show_dialogs = False
     window.resize(1024, 700)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    qtbot.wait(100)
+    area = window.panel_area
+    qtbot.waitUntil(lambda: area.widget().height() > 2 * area.viewport().height())  # the 18 panels laid out
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):  # laid out now: this run follows the view
         window.workspace.run_again()
     return window
@@ -89,7 +90,7 @@ def test_the_channel_views_panel_follows_every_run_wherever_it_is(tall, qtbot) -
     window, area = tall, tall.panel_area
     first = next(p for p in area.panels.values() if in_view(window, p) and p.picture is not None)
     window.open_channel(first.picture, 2)
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: window.dock("channel").isVisible())
     area.verticalScrollBar().setValue(area.verticalScrollBar().maximum())  # the panel scrolls far out of view
     qtbot.waitUntil(lambda: not window.workspace.preparing)
     assert not area.in_view(first)
@@ -135,7 +136,7 @@ def test_a_video_frame_makes_pictures_only_for_the_panels_in_view(tall, qtbot) -
     # Nor is the page below asked for after the frame is on screen (it was, by the panel area, once per frame).
     soon = [p for p in area.panels.values() if area.in_view(p, ahead=1.0) and not in_view(window, p)]
     assert soon, "no panel within a page below the view: the window is laid out differently"
-    qtbot.wait(300)
+    qtbot.wait(300)  # the wait is what is tested: in this time nothing may ask for the page below
     assert not window.workspace.preparing
     assert all(p.ident in area.stale and not current(window, p) for p in soon), "the page below was drawn"
     below = next(p for p in area.panels.values() if not in_view(window, p))

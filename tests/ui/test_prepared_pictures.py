@@ -8,7 +8,7 @@ from PIL import Image
 
 from hookscope.core.common.resources import sample_image
 from hookscope.core.engine.hooks import HookRegistry
-from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.pictures.panels import PanelSettings
 from hookscope.core.pictures.views import as_channels, mosaic, under_centres
 from hookscope.ui.state.rendering import color_table, lut_of

@@ -13,8 +13,8 @@ from PIL import Image
 from PySide6.QtWidgets import QFileDialog, QToolButton
 
 from hookscope.core.outputs.batch import find_images
-from hookscope.core.scan.results import write_scan
-from hookscope.core.scan.scanner import ScanSettings, scan_images
+from hookscope.core.scan.results import ScanSettings, write_scan
+from hookscope.core.scan.run import scan_images
 from hookscope.ui.features.scan import DOCK_ID, ScanFeature
 
 RUN_TIMEOUT_MS = 120_000
@@ -151,7 +151,7 @@ def test_a_scan_json_from_the_command_line_opens_in_the_window(feature, workspac
 def test_in_the_window_a_tile_click_shows_the_top_images_under_the_channel_view(make_window, folder, qtbot):
     from PySide6.QtCore import Qt
 
-    window = make_window(checks=[PATH])
+    window = make_window(ticks=[PATH])
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
     feature = window.features["scan"]
@@ -227,3 +227,30 @@ def test_a_session_scan_box_larger_than_its_image_shows_the_image(feature, works
     with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
         host.open_channel(forward_picture(workspace), 3)
     assert len(feature.entries) == 2 and "reading its top images" not in feature.stats.text()
+
+
+def test_a_tile_shows_any_file_name_as_named(feature, workspace, host, tmp_path, qtbot):
+    """Issue 46, item 9: a file named with a newline, with markup, or with a byte that is not UTF-8 is shown in its
+    tile's tooltip as named (escaped), not as two lines, as bold text or as an error."""
+    import os
+    import re
+
+    from PySide6.QtGui import Qt, QTextDocument
+
+    names = {b"new\nline.png": "new\\nline.png", b"<b>bold & co.png": "<b>bold & co.png",
+             b"latin1 caf\xe9.png": "latin1 caf\\xe9.png"}  # fmt: skip
+    folder = _pictures(tmp_path / "odd", len(names))
+    for source, name in zip(sorted(folder.iterdir()), names):
+        os.rename(source, os.path.join(os.fsencode(folder), name))
+    made = scan_images(workspace.loaded, find_images(folder), ScanSettings((PATH,), top=3, batch_size=4, boxes=False))
+    write_scan(made, tmp_path / "out")
+    assert feature.open_scan(str(tmp_path / "out" / "scan.json"))
+    with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
+        host.open_channel(forward_picture(workspace), 5)
+    shown = []
+    for rank in range(len(names)):
+        tip = feature.widget.findChild(QToolButton, f"scan_patch_{rank}").toolTip()
+        document = QTextDocument()  # what Qt shows: the tip as rich text where it looks like markup
+        document.setHtml(tip) if Qt.mightBeRichText(tip) else document.setPlainText(tip)
+        shown.append(re.split("[\n\u2028]", document.toPlainText())[0])
+    assert sorted(shown) == sorted(names.values())

@@ -33,7 +33,7 @@ def _pictures(folder: Path, count: int) -> Path:
 @pytest.fixture
 def other(qtbot) -> Iterator[Workspace]:
     """A second workspace (another window) on another tick."""
-    space = Workspace(weights="none", checks=["layer4.1.conv2"])
+    space = Workspace(weights="none", ticks=["layer4.1.conv2"])
     space.attach_view(lambda: (300, 300))
     with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
         space.start("resnet18", None)
@@ -90,7 +90,7 @@ def test_a_scan_is_saved_with_the_session_and_comes_back(workspace, host, other,
 
 
 def test_a_panel_orders_its_tiles_by_the_scans_channel_means(make_window, qtbot, tmp_path) -> None:
-    window = make_window(checks=[PATH])
+    window = make_window(ticks=[PATH])
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
     space, scan = window.workspace, window.features["scan"]

@@ -18,10 +18,13 @@ from fakes import FakeHost
 from PySide6.QtGui import QKeySequence
 
 from hookscope.core.common.resources import sample_image
+from hookscope.core.common.vocabulary import kind_of
 from hookscope.core.engine.hooks import TENSOR
 from hookscope.core.engine.interventions import parse_edit
-from hookscope.core.engine.pipeline import ModelSource, open_model
-from hookscope.core.outputs.session import file_sha256, load_session, panels_ui, save_session, session_from
+from hookscope.core.engine.target_words import Objective
+from hookscope.core.models.files import file_sha256
+from hookscope.core.models.source import ModelSource, open_model
+from hookscope.core.outputs.session import load_session, panels_ui, save_session, session_from
 from hookscope.core.pictures.panels import PanelSettings
 from hookscope.ui.features.session_files import SessionFilesFeature
 from hookscope.ui.state.requests import ImageSource
@@ -38,7 +41,7 @@ def feature(workspace, host) -> SessionFilesFeature:
 @pytest.fixture
 def other(qtbot) -> Iterator[Workspace]:
     """A second workspace (another window), on its default start."""
-    space = Workspace(weights="none", checks=["layer4.1.conv2"])
+    space = Workspace(weights="none", ticks=["layer4.1.conv2"])
     space.attach_view(lambda: (300, 300))
     with qtbot.waitSignal(space.run_applied, timeout=RUN_TIMEOUT_MS):
         space.start("resnet18", None)
@@ -88,7 +91,7 @@ def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(
     saved = json.loads(path.read_text())
     assert saved["edits"] == ["zero:layer1.0.conv1:3,5"] and saved["target"] == 281 and saved["scaling"] == "shared"
     assert [image["path"] for image in saved["images"]] == [str(photos[1]), str(photos[2])]
-    assert ["layer1.0.conv1", "forward", "magma", "shared", "max", "diff"] in saved["ui"]["panels"]
+    assert ["layer1.0.conv1", "act", "magma", "shared", "max", "diff"] in saved["ui"]["panels"]  # the words
     assert saved["ui"]["image_list"] == [str(photos[0]), str(photos[1])]
 
     other_host = FakeHost()  # the other window
@@ -108,8 +111,8 @@ def test_a_saved_session_reopened_in_a_fresh_workspace_gives_identical_arrays(
             "tensor": module._forward_hooks,
             "grad_input": module._backward_hooks,
         }[pair[1]]
-    assert edits(other) == ["zero:layer1.0.conv1:3,5"] and other.target == 281
-    assert other.image.path == str(photos[1]) and other.queue.paths == [str(photos[0]), str(photos[1])]
+    assert edits(other) == ["zero:layer1.0.conv1:3,5"] and other.target == Objective("class", index=281)
+    assert other.image.path == str(photos[1]) and list(other.image_list) == [str(photos[0]), str(photos[1])]
     assert other.image_b.path == str(photos[2]) and other.last.comparison is not None
     assert other.default_settings == workspace.default_settings
     assert other.settings_for("layer1.0.conv1", "forward").view == "diff"  # the panel reopens on A − B
@@ -229,7 +232,7 @@ def test_export_run_writes_the_command_line_layout(feature, workspace, host, qtb
         assert feature.export_run(out)
     assert host.statuses[-1] == f"Run exported to {out}."
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["hook_kinds"] == ["forward", "pre", "tensor"]
+    assert manifest["hook_kinds"] == ["act", "in", "grad"]
     assert manifest["model"]["name"] == "resnet18" and manifest["input_shape"] == [1, 3, 224, 224]
     record = next(r for r in workspace.last.result.records if (r.kind, r.key) == ("forward", "layer1.0.conv1"))
     with np.load(out / "activations.npz") as archive:
@@ -238,7 +241,7 @@ def test_export_run_writes_the_command_line_layout(feature, workspace, host, qtb
     with np.load(out / "inputs.npz") as archive:
         assert set(archive.files) == {"layer2.0.conv1"}
     np.testing.assert_array_equal(np.load(out / "input.npy"), workspace.last.result.input.numpy())
-    assert (out / "png" / "forward" / "layer1.0.conv1.png").is_file()
+    assert (out / "png" / "activations" / "layer1.0.conv1.png").is_file()
 
 
 def test_export_run_without_results_says_so(host, qtbot) -> None:
@@ -278,7 +281,7 @@ def test_a_session_with_the_old_backward_ticks_opens_with_the_grad_column(
     )
     path = tmp_path / "old.hookscope.json"
     save_session(session_from(loaded, hooks, [str(sample_image())], ui=ui), path)
-    assert ["layer1.0.conv1", "backward"] in json.loads(path.read_text())["hooks"]  # as an older window saved it
+    assert ["layer1.0.conv1", "grad_out"] in json.loads(path.read_text())["hooks"]  # the full backward hook's
 
     with qtbot.waitSignals([feature.restored, workspace.run_applied], timeout=RUN_TIMEOUT_MS):
         feature.open(path)
@@ -302,4 +305,5 @@ def test_a_session_with_the_old_backward_ticks_opens_with_the_grad_column(
 
     saved = tmp_path / "again.hookscope.json"  # saved again, it says what the window now ticks
     assert feature.save(saved)
-    assert sorted(map(tuple, json.loads(saved.read_text())["hooks"])) == sorted(workspace.ticked_pairs())
+    saved_hooks = [(path, kind_of(word)) for path, word in json.loads(saved.read_text())["hooks"]]
+    assert sorted(saved_hooks) == sorted(workspace.ticked_pairs())

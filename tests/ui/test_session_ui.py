@@ -16,7 +16,8 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
 from hookscope.core.engine.interventions import parse_edit
-from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.engine.target_words import Objective
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.outputs.session import load_session
 from hookscope.ui.main_window import MainWindow
 
@@ -87,7 +88,7 @@ def test_a_saved_session_reopened_in_a_fresh_window_gives_identical_arrays(
     assert sessions.last_problems == []
     assert other.workspace.loaded is not space.loaded and other.workspace.loaded.name == "resnet18"
     assert other.workspace.ticked_pairs() == expected_ticks
-    assert other.workspace.target == 281 and other.workspace.last.image.path == str(photos[1])
+    assert other.workspace.target == Objective("class", index=281) and other.workspace.last.image.path == str(photos[1])
     assert [edit.spec for _, edit, _ in other.workspace.registry.edits()] == ["zero:layer4.1.conv2:3,5"]
     assert panel_looks(other) == expected_looks
     got = records(other)
@@ -103,7 +104,7 @@ def test_a_panel_switched_to_a_minus_b_reopens_as_a_minus_b(window, make_window,
     path = tmp_path / "ab.hookscope.json"
     assert window.features["sessions"].save(path)
     saved = json.loads(path.read_text())
-    assert ["layer4.1.conv2", "forward", "viridis", "channel", "none", "diff"] in saved["ui"]["panels"]
+    assert ["layer4.1.conv2", "act", "viridis", "channel", "none", "diff"] in saved["ui"]["panels"]
     assert saved["images"][1]["path"] == str(photos[1])
 
     other = fresh_window(make_window, qtbot)

@@ -104,7 +104,7 @@ def test_a_run_asked_for_during_an_exclusive_task_waits_for_it(workspace, qtbot)
 
     task = workspace.submit("hold", hold_the_model, exclusive=True)
     qtbot.waitUntil(inside.is_set, timeout=RUN_TIMEOUT_MS)
-    before = list(workspace.applied_generations)
+    before = workspace.applied_generations
     workspace.run_again()
     qtbot.waitUntil(lambda: workspace.scheduler.runner.busy, timeout=5_000)  # asked for, and waiting in the slot
     seen.append(workspace.scheduler.runner.running_job is None)

@@ -1,4 +1,6 @@
-"""Help > User guide opens the local guide (the installer's offline copy) in the desktop's browser."""
+"""Where the guide's Markdown pages are missing (an older bundle), Help > User guide opens the built site in the
+desktop's browser; the window's own guide viewer, which every installation now uses, is tested in
+test_user_guide_window.py."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def test_the_help_menu_opens_the_local_guide_in_the_browser(make_window, tmp_pat
     index = _built_site(tmp_path)
     opened = Opened()
     monkeypatch.setattr(builtin, "QDesktopServices", opened)
+    monkeypatch.setattr(builtin, "guide_pages", lambda: None)
     monkeypatch.setattr(builtin, "find_guide", lambda: GuideLocation(index, built=True))
     window = make_window()
     action = window.menus.actions["help.guide"]
@@ -66,6 +69,7 @@ def test_without_a_local_guide_it_says_where_the_guide_is(qtbot, monkeypatch):
     qtbot.addWidget(shell)
     opened = Opened()
     monkeypatch.setattr(builtin, "QDesktopServices", opened)
+    monkeypatch.setattr(builtin, "guide_pages", lambda: None)
     monkeypatch.setattr(builtin, "find_guide", lambda: None)
     builtin.open_user_guide(shell)
     box = next(w for w in shell.findChildren(QMessageBox))
@@ -78,6 +82,7 @@ def test_a_desktop_that_cannot_open_it_is_an_error_message(qtbot, tmp_path, monk
     qtbot.addWidget(shell)
     index = _built_site(tmp_path)
     monkeypatch.setattr(builtin, "QDesktopServices", Opened(answer=False))
+    monkeypatch.setattr(builtin, "guide_pages", lambda: None)
     monkeypatch.setattr(builtin, "find_guide", lambda: GuideLocation(index, built=True))
     builtin.open_user_guide(shell)
     assert shell.errors and str(index) in shell.errors[0] and not shell.statuses
@@ -91,6 +96,7 @@ def test_a_checkout_without_a_built_guide_opens_its_markdown_and_says_so(qtbot, 
     page.write_text("# Hookscope\n")
     opened = Opened()
     monkeypatch.setattr(builtin, "QDesktopServices", opened)
+    monkeypatch.setattr(builtin, "guide_pages", lambda: None)
     monkeypatch.setattr(builtin, "find_guide", lambda: GuideLocation(page, built=False))
     builtin.open_user_guide(shell)
     assert opened.urls == [page.as_uri()]

@@ -78,7 +78,7 @@ def test_the_hooks_are_on_the_callers_module_and_the_model_comes_back_as_lent(vi
     modes = {path: m.training for path, m in model.named_modules()}
     devices = {key: value.device for key, value in model.state_dict().items()}
 
-    viewer = viewers(model, images=[photos[0]], check=HOOKS)
+    viewer = viewers(model, images=[photos[0]], tick=HOOKS)
     viewer.capture()
     registry = viewer.workspace.registry
     assert viewer.workspace.loaded.module is model  # the very object, not a copy
@@ -108,7 +108,7 @@ def test_the_hooks_are_on_the_callers_module_and_the_model_comes_back_as_lent(vi
 def test_capture_is_bit_for_bit_hookscope_capture(viewers, photos, kind) -> None:
     model = resnet().eval()
     image = photos[1] if kind == "path" else Image.open(photos[1]).convert("RGB")
-    viewer = viewers(model, images=[image], check=HOOKS)
+    viewer = viewers(model, images=[image], tick=HOOKS)
     shown = viewer.capture()
     alone = hookscope.capture(model, image, hooks=HOOKS)
     assert isinstance(shown, hookscope.Capture)
@@ -127,13 +127,13 @@ def test_capture_is_bit_for_bit_hookscope_capture(viewers, photos, kind) -> None
 
 def test_a_module_defined_here_is_ticked_and_unticked_through_the_api(viewers, photos, qtbot) -> None:
     model = Small()
-    viewer = viewers(model, images=[photos[2]], check=["conv"])
+    viewer = viewers(model, images=[photos[2]], tick=["conv"])
     first = viewer.capture()
     assert set(first.activations) == {"conv"} and set(first.gradients) == {"conv"}
     assert first.activations["conv"].shape == (1, 8, 224, 224)
 
-    viewer.check("bn", ["in", "act"])
-    assert viewer.checked() == {"conv": ["act", "grad"], "bn": ["in", "act"]}
+    viewer.tick("bn", ["in", "act"])
+    assert viewer.ticked() == {"conv": ["act", "grad"], "bn": ["in", "act"]}
     assert viewer.workspace.is_ticked("bn", "pre")
     assert len(model.bn._forward_hooks) == 1 and len(model.bn._forward_pre_hooks) == 1  # on the module at once
     shown = viewer.capture()
@@ -141,16 +141,21 @@ def test_a_module_defined_here_is_ticked_and_unticked_through_the_api(viewers, p
     panels = viewer.window.panel_area.panels
     assert ("forward", "bn") in panels and ("pre", "bn") in panels  # the panels followed the ticks
 
-    viewer.uncheck("conv")
+    viewer.untick("conv")
     assert not model.conv._forward_hooks
     assert set(viewer.capture().activations) == {"bn"}
     assert ("forward", "conv") not in viewer.window.panel_area.panels
     assert viewer.window.tree_model is not None and not viewer.workspace.is_ticked("conv", "forward")
 
     with pytest.raises(HookscopeError, match="no module named 'nope'"):
-        viewer.check("nope")
+        viewer.tick("nope")
     with pytest.raises(HookscopeError, match="Hook words"):
-        viewer.check("fc", ["activations"])
+        viewer.tick("fc", ["activations"])
+    # the names before one vocabulary ("tick", as in the window): still there, each with one warning
+    with pytest.warns(FutureWarning, match=r"Viewer.check is now Viewer.tick"):
+        viewer.check("conv", "act")
+    with pytest.warns(FutureWarning, match=r"Viewer.checked is now Viewer.ticked"):
+        assert viewer.checked() == viewer.ticked() == {"conv": ["act"], "bn": ["in", "act"]}
     viewer.open(photos[0])
     assert viewer.capture().image == str(photos[0])
     assert not model.training or model.training is False
@@ -158,7 +163,7 @@ def test_a_module_defined_here_is_ticked_and_unticked_through_the_api(viewers, p
 
 def test_bad_arguments_are_refused_before_any_window(photos) -> None:
     with pytest.raises(HookscopeError, match="no module named 'layer9'"):
-        Viewer(resnet(), images=[photos[0]], check=["layer9"])
+        Viewer(resnet(), images=[photos[0]], tick=["layer9"])
     with pytest.raises(ImageError, match="tensor"):
         Viewer(resnet(), images=[torch.zeros(3, 32, 32)])
     with pytest.raises(ImageError):
@@ -168,7 +173,7 @@ def test_bad_arguments_are_refused_before_any_window(photos) -> None:
 
 
 def test_the_screenshot_is_the_windows_pixels(viewers, photos) -> None:
-    viewer = viewers(Small(), images=[photos[0]], check=["conv"])
+    viewer = viewers(Small(), images=[photos[0]], tick=["conv"])
     viewer.capture()
     shot = viewer.screenshot()
     window = viewer.window
@@ -184,7 +189,7 @@ def test_the_screenshot_is_the_windows_pixels(viewers, photos) -> None:
 
 
 def test_run_returns_once_every_viewer_is_closed(viewers, photos) -> None:
-    viewer = viewers(Small(), images=[photos[0]], check=["conv"])
+    viewer = viewers(Small(), images=[photos[0]], tick=["conv"])
     viewer.capture()
     QTimer.singleShot(200, viewer.close)
     QTimer.singleShot(60_000, viewer.close)  # should run() not return by itself: the test then fails, not hangs
@@ -229,7 +234,7 @@ def test_in_ipython_the_qt_loop_is_integrated_and_viewer_returns_at_once(tmp_pat
         shell = TerminalInteractiveShell.instance(simple_prompt=False)
         import hookscope
         model = torchvision.models.resnet18(weights=None)
-        viewer = hookscope.Viewer(model, images=[{str(photos[0])!r}], check=["layer1"])
+        viewer = hookscope.Viewer(model, images=[{str(photos[0])!r}], tick=["layer1"])
         loop = shell.active_eventloop
         if str(loop).startswith("qt"):
             hookscope.run()  # the loop is integrated: returns at once
@@ -258,7 +263,7 @@ DRIVER = textwrap.dedent(
     from real_screen import check_plot
 
     model = torchvision.models.resnet18(weights=None)
-    viewer = hookscope.Viewer(model, images=[sys.argv[2]], check=["layer1.0.conv1"])
+    viewer = hookscope.Viewer(model, images=[sys.argv[2]], tick=["layer1.0.conv1"])
     window = viewer.window
     window.resize(1200, 760)
     window.move(0, 0)
@@ -315,13 +320,13 @@ def test_the_window_says_where_a_held_models_input_settings_came_from(viewers, p
     file"), the button is plain Input…, and the Weights box says it is your model object; unasked, a guess."""
     from torchvision.models import ResNet18_Weights
 
-    viewer = viewers(resnet().eval(), images=[photos[1]], check=["layer1"], preprocess=ResNet18_Weights.DEFAULT)
+    viewer = viewers(resnet().eval(), images=[photos[1]], tick=["layer1"], preprocess=ResNet18_Weights.DEFAULT)
     viewer.capture()
     feature = next(f for f in viewer.window.features.values() if type(f).__name__ == "InputSettingsFeature")
     assert feature.requirements.text().endswith("(the weights' own transforms)")
     assert feature.button.text() == "Input…"
     assert viewer.workspace.loaded.weights_text == "Your model object"
-    guessed = viewers(resnet().eval(), images=[photos[1]], check=["layer1"])
+    guessed = viewers(resnet().eval(), images=[photos[1]], tick=["layer1"])
     guessed.capture()
     other = next(f for f in guessed.window.features.values() if type(f).__name__ == "InputSettingsFeature")
     assert other.requirements.text().endswith("(a guess for a model file: check it with Input…)")
@@ -330,8 +335,8 @@ def test_the_window_says_where_a_held_models_input_settings_came_from(viewers, p
 
 def test_opening_a_file_of_the_image_list_makes_it_the_lists_current_one(viewers, photos) -> None:
     """Seen on the X server: ``open`` showed the list's second file while the list still marked the first."""
-    viewer = viewers(resnet().eval(), images=[photos[0], photos[1]], check=["layer1"])
+    viewer = viewers(resnet().eval(), images=[photos[0], photos[1]], tick=["layer1"])
     viewer.capture()
     viewer.open(photos[1])
     shown = viewer.capture()
-    assert viewer.workspace.queue.index == 1 and shown.image == str(photos[1])
+    assert viewer.workspace.image_index == 1 and shown.image == str(photos[1])

@@ -61,7 +61,7 @@ def test_the_tile_entry_runs_it_in_the_background_and_the_dock_shows_the_image(f
     # The image came every 4 steps while the job ran: the GUI thread was free to show it. The optimisation's own
     # forward hook was on the live module then (next to the registry's), and listed as an external hook.
     assert seen == [(4, registry_hooks + 1, 1), (8, registry_hooks + 1, 1)]
-    assert len(module._forward_hooks) == registry_hooks and workspace.external_hooks == []
+    assert len(module._forward_hooks) == registry_hooks and workspace.external_hooks == ()
     assert not host.docks[DOCK_ID].isHidden()
     assert feature.image.dtype == np.uint8 and feature.image.shape == (64, 64, 3)
     assert not feature.view.pixmap().isNull()
@@ -95,7 +95,7 @@ def test_cancel_stops_it_and_the_hook_goes(feature, workspace, qtbot) -> None:
     assert done.args == ["cancelled"]
     assert feature.result.cancelled and 4 <= feature.result.steps_done < 5000
     assert "cancelled" in feature.title.text() and feature.run_button.isEnabled()
-    assert len(module._forward_hooks) == before and workspace.external_hooks == []
+    assert len(module._forward_hooks) == before and workspace.external_hooks == ()
     assert feature.image is not None  # the image so far stays, and can be saved
 
 
@@ -154,7 +154,7 @@ def test_a_bad_module_or_channel_is_one_line(feature, workspace, host, qtbot) ->
         feature.visualize(PATH, 500)
     assert done.args == ["failed"]
     assert host.errors[-1] == f"'{PATH}' has 128 channels (0-127); there is no channel 500."
-    assert workspace.registry.handle_count() == handles and workspace.external_hooks == []
+    assert workspace.registry.handle_count() == handles and workspace.external_hooks == ()
     assert len(workspace.registry.module(PATH)._forward_hooks) == hooks
 
 

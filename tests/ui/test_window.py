@@ -110,7 +110,7 @@ def test_dropping_files_loads_the_first_and_fills_the_panels(window: MainWindow,
         drop = drop_files(window, photos)
     assert drop.isAccepted()
     assert window.workspace.last.image.path == str(photos[0])
-    assert window.workspace.queue.paths == [str(p) for p in photos]
+    assert list(window.workspace.image_list) == [str(p) for p in photos]
     loaded = window.workspace.loaded
     expected_input = loaded.preprocess.to_display(loaded.preprocess.to_tensor(read_image(photos[0])))
     np.testing.assert_array_equal(window.workspace.last.input_display, expected_input)
@@ -136,7 +136,7 @@ def test_dropping_files_loads_the_first_and_fills_the_panels(window: MainWindow,
 def test_a_broken_file_leaves_the_previous_results_in_place(window: MainWindow, qtbot, tmp_path: Path) -> None:
     before_outcome = window.workspace.last
     before_pictures = {ident: panel.picture for ident, panel in window.panel_area.panels.items()}
-    applied = list(window.workspace.applied_generations)
+    applied = window.workspace.applied_generations
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
 
@@ -403,7 +403,8 @@ def test_closing_during_a_run_leaves_no_worker_and_no_hook(make_window, qtbot) -
     window.close()
     assert active_threads() == 0
     assert window.workspace.registry is None or not window.workspace.registry.handles()
-    qtbot.wait(100)  # late signals from the finished worker must not touch the closed window
+    # the wait is what is tested: late signals from the finished worker must not touch the closed window
+    qtbot.wait(100)
 
 
 def test_a_panel_pops_out_into_a_dock_keeps_updating_and_goes_back(window: MainWindow, qtbot, photos) -> None:

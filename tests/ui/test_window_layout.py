@@ -53,29 +53,32 @@ def visible_texts(root: QWidget) -> list[tuple[str, QRect]]:
 
 @pytest.mark.parametrize("size", [(1024, 700), (1920, 1080)])
 def test_every_panel_is_whole_or_reachable_and_no_text_overlaps(make_window, qtbot, size) -> None:
-    window = make_window(checks=list(MODULES), check_kinds=KINDS, remember=False)
+    window = make_window(ticks=list(MODULES), tick_kinds=KINDS, remember=False)
     window.show_dialogs = False
     window.resize(*size)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    qtbot.wait(200)  # layout settles
     panels = list(window.panel_area.panels.values())
     assert {(p.path, p.kind) for p in panels} == {(m, k) for m in MODULES for k in KINDS}
     area = window.panel_area
     for panel in panels:
         shown_picture(window, panel, qtbot)  # scrolled into view: a run draws the panels in view
-        plot = plot_of(panel)
-        assert plot.width() >= 200, f"{panel.key} {panel.kind}: plot {plot.width()} px wide at {size}"
-        assert reachable(area, plot), f"{panel.key} {panel.kind}: plot out of reach at {size}"
 
-    assert_no_overlap(window, size)
+        def whole(panel=panel) -> None:  # once the page is laid out at the window's size
+            plot = plot_of(panel)
+            assert plot.width() >= 200, f"{panel.key} {panel.kind}: plot {plot.width()} px wide at {size}"
+            assert reachable(area, plot), f"{panel.key} {panel.kind}: plot out of reach at {size}"
+
+        qtbot.waitUntil(whole)
+
+    qtbot.waitUntil(lambda: assert_no_overlap(window, size))
 
     # The Channel view opens at the bottom; it takes height from the panels, never squeezes the docks into overlap.
     picture = window.panel_area.panels_of(MODULES[0], "forward")[0].picture
     window.open_channel(picture, 3)
-    qtbot.wait(200)
-    assert window.dock("channel").isVisible()
-    assert_no_overlap(window, size)
+    channel = window.dock("channel")
+    qtbot.waitUntil(lambda: channel.isVisible() and not channel.visibleRegion().isEmpty())  # shown and laid out
+    qtbot.waitUntil(lambda: assert_no_overlap(window, size))
     for panel in panels:
         assert reachable(area, plot_of(panel)), f"{panel.key} {panel.kind}: out of reach with the Channel view open"
 
@@ -89,18 +92,21 @@ def assert_no_overlap(window, size) -> None:
 
 
 def test_kinds_sit_side_by_side_in_tree_order_when_wide(make_window, qtbot) -> None:
-    window = make_window(checks=list(MODULES), check_kinds=KINDS, remember=False)
+    window = make_window(ticks=list(MODULES), tick_kinds=KINDS, remember=False)
     window.resize(1920, 1080)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    qtbot.wait(200)
     content = window.panel_area.widget()
-    for module in MODULES:
-        xs = [window.panel_area.panels_of(module, kind)[0].mapTo(content, QPoint(0, 0)).x() for kind in KINDS]
-        assert xs == sorted(xs) and len(set(xs)) == 4, f"{module}: In | Act | Grad | Grad in not side by side: {xs}"
-    first = window.panel_area.panels_of(MODULES[0], "forward")[0].mapTo(content, QPoint(0, 0)).y()
-    second = window.panel_area.panels_of(MODULES[1], "forward")[0].mapTo(content, QPoint(0, 0)).y()
-    assert first < second  # cards in module-tree order
+
+    def side_by_side() -> None:  # once the page is laid out at 1920 px
+        for module in MODULES:
+            xs = [window.panel_area.panels_of(module, kind)[0].mapTo(content, QPoint(0, 0)).x() for kind in KINDS]
+            assert xs == sorted(xs) and len(set(xs)) == 4, f"{module}: In | Act | Grad | Grad in not side by side: {xs}"
+        first = window.panel_area.panels_of(MODULES[0], "forward")[0].mapTo(content, QPoint(0, 0)).y()
+        second = window.panel_area.panels_of(MODULES[1], "forward")[0].mapTo(content, QPoint(0, 0)).y()
+        assert first < second  # cards in module-tree order
+
+    qtbot.waitUntil(side_by_side)
 
 
 @pytest.mark.parametrize("size", [(1024, 700), (1920, 1080)])
@@ -116,18 +122,21 @@ def test_the_trees_tick_columns_fit_the_modules_dock(make_window, qtbot, size) -
     window.resize(*size)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    qtbot.wait(200)
     tree = window.tree_view.tree
     header = tree.header()
-    viewport = tree.viewport().width()
-    assert header.sectionSize(NAME) >= NAME_MIN_WIDTH
-    for column in KIND_COLUMNS.values():
-        right = header.sectionViewportPosition(column) + header.sectionSize(column)
-        assert 0 <= header.sectionViewportPosition(column) and right <= viewport, (HEADERS[column], right, viewport)
-        shown = tree.model().headerData(column, Qt.Orientation.Horizontal)
-        title = max(header.fontMetrics().horizontalAdvance(line) for line in shown.split("\n"))
-        assert header.sectionSize(column) >= title + 6, (HEADERS[column], header.sectionSize(column), title)
-    assert tree.horizontalScrollBar().value() == 0
+
+    def whole() -> None:  # once the Modules dock is laid out at the window's size
+        viewport = tree.viewport().width()
+        assert header.sectionSize(NAME) >= NAME_MIN_WIDTH
+        for column in (c for c in KIND_COLUMNS.values() if not tree.isColumnHidden(c)):  # a ResNet has no Attn
+            right = header.sectionViewportPosition(column) + header.sectionSize(column)
+            assert 0 <= header.sectionViewportPosition(column) and right <= viewport, (HEADERS[column], right, viewport)
+            shown = tree.model().headerData(column, Qt.Orientation.Horizontal)
+            title = max(header.fontMetrics().horizontalAdvance(line) for line in shown.split("\n"))
+            assert header.sectionSize(column) >= title + 6, (HEADERS[column], header.sectionSize(column), title)
+        assert tree.horizontalScrollBar().value() == 0
+
+    qtbot.waitUntil(whole)
 
 
 def test_the_window_fits_the_screen_whatever_size_was_saved(make_window, qtbot) -> None:

@@ -9,7 +9,7 @@ from PySide6.QtCore import QPointF, Qt
 from torch import nn
 
 from hookscope.core.engine.hooks import HookRegistry, Record
-from hookscope.core.engine.tree import NOT_RUN_REASON, default_checks, module_tree, survey
+from hookscope.core.engine.tree import NOT_RUN_REASON, default_ticks, module_tree, survey
 from hookscope.core.pictures.panels import PanelSettings, picture_of, prepare_pictures
 from hookscope.ui.state.image_queue import ImageQueue, push_recent
 from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
@@ -147,11 +147,11 @@ def test_tree_structure_matches_the_module_tree(qtbot) -> None:
 
 def test_default_checks_pick_an_early_and_a_late_layer() -> None:
     nodes = module_tree(Skipping())
-    assert default_checks("resnet18", module_tree(__import__("torchvision").models.resnet18())) == [
+    assert default_ticks("resnet18", module_tree(__import__("torchvision").models.resnet18())) == [
         "layer1.0.conv1",
         "layer4.1.conv2",
     ]
-    assert len(default_checks("toy", nodes)) == 2
+    assert len(default_ticks("toy", nodes)) == 2
 
 
 # ---- one record panel -----------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ def started(make_window, qtbot, size, **options):
     window.resize(*size)
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         pass
-    qtbot.wait(150)
     return window
 
 
@@ -52,15 +51,18 @@ def test_the_cards_keep_their_room_and_the_side_views_share_one_tab_stack(make_w
     least = max(CARD_MIN_HEIGHT, int(height * CARD_SHARE))
     for dock_id in (*SIDE_VIEWS, "inspector"):  # the inspector on the left
         open_side_view(window, dock_id)
-        qtbot.wait(100)
-        assert window.dock(dock_id).isVisible() and not window.dock(dock_id).visibleRegion().isEmpty(), dock_id
-        assert window.panel_area.height() >= least, (dock_id, window.panel_area.height(), least, size)
+
+        def opened(dock_id: str = dock_id) -> None:  # once the dock is laid out
+            assert window.dock(dock_id).isVisible() and not window.dock(dock_id).visibleRegion().isEmpty(), dock_id
+            assert window.panel_area.height() >= least, (dock_id, window.panel_area.height(), least, size)
+
+        qtbot.waitUntil(opened)
     # One stack, each view a tab of it: nothing stacked above another under the cards.
     stack = window.tabifiedDockWidgets(window.dock("channel"))
     assert {dock.objectName() for dock in stack} >= set(SIDE_VIEWS) - {"channel"}
     # Dragging the stack's separator up stops at the cards' room too (QMainWindow keeps the minimum).
     window.resizeDocks([window.dock("channel")], [height], Qt.Orientation.Vertical)
-    qtbot.wait(100)
+    window.layout().activate()  # the asked sizes laid out now, not at the event loop's next turn
     assert window.panel_area.height() >= least
     assert window.height() == height  # the room came from the side views, the window did not grow
 
@@ -68,9 +70,9 @@ def test_the_cards_keep_their_room_and_the_side_views_share_one_tab_stack(make_w
 def test_the_lessons_open_readable(make_window, qtbot) -> None:
     window = started(make_window, qtbot, (1024, 700))
     window.features["lessons"].show()
-    qtbot.wait(100)
     dock = window.dock("lessons")
-    assert dock.isVisible() and (dock.isFloating() or dock.width() >= 480), dock.width()
+    qtbot.waitUntil(lambda: dock.isVisible() and not dock.visibleRegion().isEmpty())  # shown and laid out
+    assert dock.isFloating() or dock.width() >= 480, dock.width()
 
 
 def test_on_demand_docks_are_not_restored_after_a_restart(make_window, qtbot) -> None:
@@ -78,7 +80,7 @@ def test_on_demand_docks_are_not_restored_after_a_restart(make_window, qtbot) ->
     window.remembers = True  # this one saves its layout when it closes
     for dock_id in ("channel", "scan", "visualize"):
         open_side_view(window, dock_id)
-    qtbot.wait(100)
+    qtbot.waitUntil(lambda: all(window.dock(d).isVisible() for d in ("channel", "scan", "visualize")))
     window.close()
     again = make_window(weights="none")
     with qtbot.waitSignal(again.run_finished, timeout=RUN_TIMEOUT_MS):
@@ -90,24 +92,26 @@ def test_on_demand_docks_are_not_restored_after_a_restart(make_window, qtbot) ->
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_hook_inspector_shows_five_rows_their_explanation_and_copy(make_window, qtbot, size) -> None:
-    window = started(make_window, qtbot, size, checks=["layer1.0.conv1", "layer2.0.conv1", "layer3.0.conv1"])
+    window = started(make_window, qtbot, size, ticks=["layer1.0.conv1", "layer2.0.conv1", "layer3.0.conv1"])
     window.show_dock("inspector")
-    qtbot.wait(150)
     feature = window.features["inspector"]
     table = feature.table
     assert table.rowCount() >= 5
     table.selectRow(0)
-    qtbot.wait(50)
     dock = window.dock("inspector")
-    for row in range(5):
-        rect = table.visualRect(table.model().index(row, 0))
-        assert table.viewport().rect().contains(rect), f"row {row} needs scrolling at {size}"
-    assert feature.why.text() and inside(feature.why, dock)
-    why_top = feature.why.mapTo(dock, QPoint(0, 0)).y()
-    assert why_top >= table.mapTo(dock, QPoint(0, 0)).y() + table.height()  # under the rows
-    assert feature.why.height() >= feature.why.heightForWidth(feature.why.width())  # every line of it
-    for button in (feature.copy_button, feature.copy_all_button):
-        assert button.isVisible() and inside(button, dock), f"{button.text()} out of sight at {size}"
+
+    def readable() -> None:  # once the dock and the explanation of the selected row are laid out
+        for row in range(5):
+            rect = table.visualRect(table.model().index(row, 0))
+            assert table.viewport().rect().contains(rect), f"row {row} needs scrolling at {size}"
+        assert feature.why.text() and inside(feature.why, dock)
+        why_top = feature.why.mapTo(dock, QPoint(0, 0)).y()
+        assert why_top >= table.mapTo(dock, QPoint(0, 0)).y() + table.height()  # under the rows
+        assert feature.why.height() >= feature.why.heightForWidth(feature.why.width())  # every line of it
+        for button in (feature.copy_button, feature.copy_all_button):
+            assert button.isVisible() and inside(button, dock), f"{button.text()} out of sight at {size}"
+
+    qtbot.waitUntil(readable)
 
 
 def contrast(a: QColor, b: QColor) -> float:
@@ -139,13 +143,14 @@ def test_unticked_boxes_stand_out_of_the_dark_rows_and_the_whole_cell_ticks(dark
     window = started(make_window, qtbot, (1024, 700))
     view = window.tree_view
     tree = view.tree
-    qtbot.wait(100)
+    last = view.proxy.mapFromSource(view.model.index_of("layer1", ACTIVATIONS))
+    qtbot.waitUntil(lambda: tree.visualRect(last).isValid())  # the rows laid out, the last one read below too
     # What the tree paints: for an unticked cell, the most contrasting pixel against the row's own background.
     shot: QImage = tree.viewport().grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
     pixels = np.frombuffer(shot.constBits(), np.uint8).reshape(shot.height(), shot.bytesPerLine() // 4, 4)
     checked = 0
     for path in ("conv1", "bn1", "layer1"):
-        for column in KIND_COLUMNS.values():
+        for column in (c for c in KIND_COLUMNS.values() if not tree.isColumnHidden(c)):  # a ResNet has no Attn
             index = view.proxy.mapFromSource(view.model.index_of(path, column))
             rect = tree.visualRect(index)
             assert rect.isValid() and not view.model.is_ticked(path, TICK_KINDS[column])
@@ -167,7 +172,7 @@ def test_unticked_boxes_stand_out_of_the_dark_rows_and_the_whole_cell_ticks(dark
     # A click near the cell's edge, far from the box in its middle, ticks; a second click unticks.
     index = view.proxy.mapFromSource(view.model.index_of("layer1.0.conv1", ACTIVATIONS))
     tree.scrollTo(index)
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: tree.viewport().rect().contains(tree.visualRect(index)))
     rect = tree.visualRect(index)
     edge = QPoint(rect.left() + 2, rect.top() + 2)
     assert (edge - rect.center()).manhattanLength() > 8  # outside the 13 px box
@@ -187,42 +192,52 @@ def test_the_trees_column_headers_are_whole(make_window, qtbot, size) -> None:
     tree = window.tree_view.tree
     header = tree.header()
     metrics = header.fontMetrics()
-    for column in (NAME, *KIND_COLUMNS.values()):
-        lines = str(tree.model().headerData(column, Qt.Orientation.Horizontal)).split("\n")
-        assert header.sectionSize(column) >= max(metrics.horizontalAdvance(line) for line in lines) + 6, lines
-        assert header.height() >= len(lines) * metrics.height() + 4, (lines, header.height())
-        right = header.sectionViewportPosition(column) + header.sectionSize(column)
-        assert right <= header.viewport().width(), lines
+
+    def whole() -> None:  # once the header is laid out at the window's size
+        for column in (NAME, *(c for c in KIND_COLUMNS.values() if not tree.isColumnHidden(c))):  # Attn: ViTs only
+            lines = str(tree.model().headerData(column, Qt.Orientation.Horizontal)).split("\n")
+            assert header.sectionSize(column) >= max(metrics.horizontalAdvance(line) for line in lines) + 6, lines
+            assert header.height() >= len(lines) * metrics.height() + 4, (lines, header.height())
+            right = header.sectionViewportPosition(column) + header.sectionSize(column)
+            assert right <= header.viewport().width(), lines
+
+    qtbot.waitUntil(whole)
 
 
 def test_dock_tab_titles_are_whole_at_1024x700(make_window, qtbot) -> None:
     window = started(make_window, qtbot, (1024, 700))
     for dock_id in (*SIDE_VIEWS, "inspector"):
         open_side_view(window, dock_id)
-    qtbot.wait(150)
-    bars = [bar for bar in window.findChildren(QTabBar) if bar.isVisible() and bar.parent() is window]
-    assert bars
-    titles = {dock.windowTitle() for dock in window.findChildren(QDockWidget)}
-    seen = set()
-    for bar in bars:
-        for tab in range(bar.count()):
-            text = bar.tabText(tab)
-            seen.add(text)
-            rect = bar.tabRect(tab)
-            assert bar.rect().contains(rect), f"tab '{text}' reaches out of its bar ({rect} in {bar.rect()})"
-            assert rect.width() >= bar.fontMetrics().horizontalAdvance(text) + 8, f"tab '{text}' cut"
-    assert {"Channel", "Top images", "Visualize", "Learn the hooks", "Hook inspector", "Grad-CAM"} <= seen & titles
+
+    def whole() -> None:  # once the docks' tab bars are laid out
+        bars = [bar for bar in window.findChildren(QTabBar) if bar.isVisible() and bar.parent() is window]
+        assert bars
+        titles = {dock.windowTitle() for dock in window.findChildren(QDockWidget)}
+        seen = set()
+        for bar in bars:
+            for tab in range(bar.count()):
+                text = bar.tabText(tab)
+                seen.add(text)
+                rect = bar.tabRect(tab)
+                assert bar.rect().contains(rect), f"tab '{text}' reaches out of its bar ({rect} in {bar.rect()})"
+                assert rect.width() >= bar.fontMetrics().horizontalAdvance(text) + 8, f"tab '{text}' cut"
+        assert {"Channel", "Top images", "Visualize", "Learn the hooks", "Hook inspector", "Grad-CAM"} <= seen & titles
+
+    qtbot.waitUntil(whole)
 
 
 def test_the_channel_view_and_predictions_are_whole_at_1024x700(make_window, qtbot) -> None:
     window = started(make_window, qtbot, (1024, 700))
     open_side_view(window, "channel")
-    qtbot.wait(150)
     view = window.channel_view
-    for key, label in view.stats.items():
-        assert label.width() >= label.sizeHint().width(), f"the Channel view's {key} '{label.text()}' is cut"
-        assert inside(label, view), key
-    assert view.opacity.isVisible() and view.opacity.width() >= 40 and inside(view.opacity, view)
+
+    def whole() -> None:  # once the Channel view is laid out
+        for key, label in view.stats.items():
+            assert label.width() >= label.sizeHint().width(), f"the Channel view's {key} '{label.text()}' is cut"
+            assert inside(label, view), key
+        assert view.opacity.isVisible() and view.opacity.width() >= 40 and inside(view.opacity, view)
+
+    qtbot.waitUntil(whole)
     predictions = window.predictions
     scroll = window.dock("predictions").widget()
     assert scroll.horizontalScrollBar().maximum() == 0  # nothing reaches past the column sideways
@@ -237,12 +252,15 @@ def test_grad_cam_shows_its_whole_map_without_scrolling(make_window, qtbot) -> N
     window = started(make_window, qtbot, (1024, 700))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.features["grad_cam"].show_module("layer4")
-    qtbot.wait(150)
     feature = window.features["grad_cam"]
     scroll = window.dock("grad_cam").widget()
-    assert scroll.verticalScrollBar().maximum() == 0 and scroll.horizontalScrollBar().maximum() == 0
-    assert inside(feature.view, window.dock("grad_cam")) and feature.view.height() >= 150
-    assert window.panel_area.height() >= CARD_MIN_HEIGHT
+
+    def whole() -> None:  # once the dock is laid out
+        assert scroll.verticalScrollBar().maximum() == 0 and scroll.horizontalScrollBar().maximum() == 0
+        assert inside(feature.view, window.dock("grad_cam")) and feature.view.height() >= 150
+        assert window.panel_area.height() >= CARD_MIN_HEIGHT
+
+    qtbot.waitUntil(whole)
 
 
 def test_the_visualize_image_is_fitted_without_a_scroll_bar(make_window, qtbot) -> None:
@@ -250,19 +268,22 @@ def test_the_visualize_image_is_fitted_without_a_scroll_bar(make_window, qtbot) 
     feature = window.features["visualize"]
     feature.show()
     feature._show_image(np.full((224, 224, 3), 200, np.uint8))
-    qtbot.wait(150)
     scroll = window.dock("visualize").widget()
-    assert scroll.verticalScrollBar().maximum() == 0 and scroll.horizontalScrollBar().maximum() == 0
-    shown = feature.view.pixmap()
-    assert not shown.isNull() and shown.width() <= feature.view.width() and shown.height() <= feature.view.height()
-    assert max(shown.width(), shown.height()) >= 96
+
+    def fitted() -> None:  # once the dock is laid out and the picture fitted to it
+        assert scroll.verticalScrollBar().maximum() == 0 and scroll.horizontalScrollBar().maximum() == 0
+        shown = feature.view.pixmap()
+        assert not shown.isNull() and shown.width() <= feature.view.width() and shown.height() <= feature.view.height()
+        assert max(shown.width(), shown.height()) >= 96
+
+    qtbot.waitUntil(fitted)
     assert QApplication.instance() is not None
 
 
 @pytest.mark.parametrize("size", [(1024, 700), (1920, 1080)])
 def test_each_legend_shows_its_minimum_and_maximum_whole(make_window, qtbot, size) -> None:
     kinds = ("pre", "forward", "tensor", "grad_input")
-    window = started(make_window, qtbot, size, checks=["layer1.0.conv1", "layer3.0.conv2"], check_kinds=kinds)
+    window = started(make_window, qtbot, size, ticks=["layer1.0.conv1", "layer3.0.conv2"], tick_kinds=kinds)
     panels = list(window.panel_area.panels.values())
     assert len(panels) == 8
     for panel in panels:
@@ -296,7 +317,7 @@ def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_pa
     rng = np.random.default_rng(3)
     for index in range(12):
         Image.fromarray(rng.integers(0, 256, (72, 96, 3), dtype=np.uint8)).save(folder / f"img{index:03d}.png")
-    window = started(make_window, qtbot, (1024, 700), checks=["layer1.0.conv1"])
+    window = started(make_window, qtbot, (1024, 700), ticks=["layer1.0.conv1"])
     feature = window.features["scan"]
     seen: list[tuple[str, int, int]] = []
 
@@ -318,10 +339,10 @@ def test_the_scans_progress_text_is_whole_at_1024x700(make_window, qtbot, tmp_pa
     with qtbot.waitSignal(feature.patches_shown, timeout=RUN_TIMEOUT_MS):
         window.open_channel(picture, 2)
     window.show_dock("scan")
-    qtbot.wait(150)
     assert len(feature.entries) >= 9
-    assert window.width() == width, f"the Top images widened the window to {window.width()}"
     dock = window.dock("scan")
+    qtbot.waitUntil(lambda: dock.isVisible() and not dock.visibleRegion().isEmpty())  # shown and laid out
+    assert window.width() == width, f"the Top images widened the window to {window.width()}"
     assert dock.geometry().right() < window.width() and window.panel_area.width() > 300
 
 
@@ -351,13 +372,16 @@ def test_the_side_by_side_predictions_fit_the_column_at_1024x700(make_window, qt
     window = started(make_window, qtbot, (1024, 700))
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.workspace.set_image_b(ImageSource.from_path(str(photos[1])))
-    qtbot.wait(150)
     both = window.predictions.side_by_side
-    assert both.isVisible()
     scroll = window.dock("predictions").widget()
-    assert scroll.horizontalScrollBar().maximum() == 0, "the A and B columns reach past the predictions' column"
-    for cell_a, cell_b in both.cells:
-        for cell in (cell_a, cell_b):
-            if cell.text():
-                assert cell.width() >= cell.sizeHint().width(), f"'{cell.text()}' cut"
-                assert cell.toolTip().startswith("class ")
+
+    def fits() -> None:  # once the A and B columns are laid out
+        assert both.isVisible()
+        assert scroll.horizontalScrollBar().maximum() == 0, "the A and B columns reach past the predictions' column"
+        for cell_a, cell_b in both.cells:
+            for cell in (cell_a, cell_b):
+                if cell.text():
+                    assert cell.width() >= cell.sizeHint().width(), f"'{cell.text()}' cut"
+                    assert cell.toolTip().startswith("class ")
+
+    qtbot.waitUntil(fits)

@@ -15,16 +15,16 @@ def test_previous_is_off_on_the_first_image(make_window, qtbot, photos) -> None:
     assert not previous.isEnabled()  # one image, no list: nothing before it
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.open_files([str(path) for path in photos])
-    assert window.workspace.queue.index == 0
+    assert window.workspace.image_index == 0
     assert not previous.isEnabled() and not window.input_panel.previous_button.isEnabled()
     previous.trigger()  # Page Up on the first image: nothing happens (it used to jump to the last one)
-    assert window.workspace.queue.index == 0
+    assert window.workspace.image_index == 0
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         window.menus.actions["file.next_image"].trigger()
     assert previous.isEnabled() and window.input_panel.previous_button.isEnabled()
     with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
         previous.trigger()
-    assert window.workspace.queue.index == 0 and not previous.isEnabled()
+    assert window.workspace.image_index == 0 and not previous.isEnabled()
 
 
 class Answers:

@@ -27,7 +27,7 @@ def test_garbage_is_collected_on_the_gui_thread_while_runs_allocate(window: Main
         for _ in range(2):
             with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
                 window.workspace.run_again()  # the worker allocates thousands of objects
-        qtbot.wait(1_200)  # the collector's timer fires on the GUI thread
+        qtbot.waitUntil(lambda: bool(starts), timeout=5_000)  # the collector's timer fires on the GUI thread
     finally:
         gc.callbacks.remove(note)
     assert starts, "nothing was collected"

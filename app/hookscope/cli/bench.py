@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hookscope.cli.common import add_model_options, comma_list, kinds_argument, select_layers
+from hookscope.cli.common import add_model_options, comma_list, hooks_help, kinds_argument, select_layers
 
 
 def build_bench_parser() -> argparse.ArgumentParser:
@@ -27,7 +27,7 @@ def build_bench_parser() -> argparse.ArgumentParser:
         "--hooks",
         type=kinds_argument,
         default=["forward", "backward"],
-        help="kinds to register per layer: forward,pre,backward,tensor,grad_input (default: forward,backward)",
+        help=f"to register on each layer: {hooks_help('act,grad_out')}",
     )
     parser.add_argument("--size", type=int, default=224, help="input size in pixels (default: 224)")
     parser.add_argument("--repeat", type=int, default=10, help="timed pairs (default: 10)")
@@ -45,11 +45,19 @@ def build_bench_parser() -> argparse.ArgumentParser:
         help="hookscope.capture (Python) with act and grad on every module against the plain PyTorch a script writes "
         "for the same records, hooks registered and removed in each call",
     )
+    parser.add_argument(
+        "--attention",
+        action="store_true",
+        help="a transformer's forward+backward with Attn ticked on every attention module (recording, and not) "
+        "against the model alone and against its eager attention",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.attention:
+        return run_bench_attention(args)
     if args.capture:
         return run_bench_capture(args)
     if args.scan:
@@ -57,7 +65,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.batch:
         return run_bench_batch(args)
     from hookscope.core.bench.hooks import benchmark
-    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.models.source import ModelSource, open_model
 
     weights = "none" if args.weights == "default" else args.weights
     loaded = open_model(ModelSource(name=args.model, weights=weights, seed=args.seed))
@@ -131,10 +139,23 @@ def run_bench_scan(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_bench_attention(args: argparse.Namespace) -> int:
+    """--attention: the Attn tick's cost on every attention module of a transformer (``core.bench.attention``)."""
+    from hookscope.core.bench.attention import attention_benchmark, report
+    from hookscope.core.models.source import ModelSource, open_model
+
+    weights = "none" if args.weights == "default" else args.weights
+    loaded = open_model(ModelSource(name=args.model, weights=weights, seed=args.seed))
+    result = attention_benchmark(loaded.module, args.size, args.repeat)
+    for line in report(result, f"{args.model} {args.size}x{args.size} on cpu"):
+        print(line)
+    return 0
+
+
 def run_bench_capture(args: argparse.Namespace) -> int:
     """--capture: ``hookscope.capture`` on every module (act and grad) against its plain-PyTorch floor."""
     from hookscope.core.bench.capture import capture_benchmark, report
-    from hookscope.core.engine.pipeline import ModelSource, open_model
+    from hookscope.core.models.source import ModelSource, open_model
 
     weights = "none" if args.weights == "default" else args.weights
     loaded = open_model(ModelSource(name=args.model, weights=weights, seed=args.seed))

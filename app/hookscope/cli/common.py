@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookscope.cli.progress import HubDownloadBar
+from hookscope.cli.words import cli_words
 from hookscope.core.common.errors import HookscopeError, write_problem
-from hookscope.core.common.vocabulary import HOOK_WORDS, KINDS
+from hookscope.core.common.vocabulary import (
+    HOOK_WORDS,
+    KINDS,
+    deprecation_line,
+    kinds_in_order_given,
+    old_spellings,
+    words_text,
+)
 from hookscope.system.termination import sigterm_raises
 
 if TYPE_CHECKING:
@@ -27,6 +35,7 @@ if TYPE_CHECKING:
 
     from hookscope.core.engine.hooks import HookRegistry
     from hookscope.core.engine.interventions import Intervention
+    from hookscope.core.engine.target_words import Objective
     from hookscope.core.models.loaded import LoadedModel
     from hookscope.core.models.source import ModelSource
 
@@ -45,35 +54,33 @@ def comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def target_argument(text: str) -> str | int:
-    """``top1``, a class index (as an int), or another of ``--target``'s forms (as its text: checked against the
-    model when it runs)."""
+def target_argument(text: str) -> Objective:
+    """``--target``'s words, parsed here where they come in (the engine takes the ``Objective``); whether it fits
+    the model, the run says."""
     from hookscope.core.common.errors import RunError
     from hookscope.core.engine.target_words import FORMS, parse_target
 
-    if text == "top1":
-        return text
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        parse_target(text)
+        return parse_target(text)
     except RunError:
-        raise argparse.ArgumentTypeError(f"target must be {FORMS}; not '{text}'") from None
-    return text
+        shown = text if len(text) <= 60 else text[:50] + "…"  # a megabyte of digits is not echoed
+        raise argparse.ArgumentTypeError(f"target must be {FORMS}; not '{shown}'") from None
 
 
 def kinds_argument(text: str) -> list[str]:
-    """--hooks: the tree's words (``act,grad``: ``HOOK_WORDS``) or the engine's kinds (``forward,tensor``), as
-    kinds, in the order given."""
-    words = comma_list(text)
-    unknown = [w for w in words if w not in HOOK_WORDS and w not in KINDS]
-    if unknown or not words:
-        raise argparse.ArgumentTypeError(
-            f"hook kinds are {', '.join(HOOK_WORDS)} (or {', '.join(KINDS)}); got '{text}'"
-        )
-    return list(dict.fromkeys(HOOK_WORDS.get(w, w) for w in words))
+    """--hooks: the vocabulary's words (``act,grad``: ``HOOK_WORDS``), as kinds, in the order given; the old
+    spellings (the kinds: ``forward,tensor``) still work, with one warning line."""
+    words = [word.lower() for word in comma_list(text)]
+    if not words or any(word not in HOOK_WORDS and word not in KINDS for word in words):
+        raise argparse.ArgumentTypeError(f"hook words are {words_text()}; got '{text}'")
+    if old := old_spellings(words):
+        print(f"hookscope: warning: --hooks: {deprecation_line(old)}", file=sys.stderr)
+    return list(kinds_in_order_given(words))
+
+
+def hooks_help(default: str) -> str:
+    """--hooks's help: the words, read from the vocabulary."""
+    return f"hook words: {words_text()} (in: inputs, act: activations, grad: gradients...; default: {default})"
 
 
 def _whole_number(text: str, least: int, refusal: str) -> int:
@@ -96,19 +103,78 @@ def not_negative_int(text: str) -> int:
     return _whole_number(text, 0, "must be 0 or more, not {}")
 
 
-def images_to_run(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
+def images_to_run(
+    args: argparse.Namespace, unreadable: list[tuple[Path, str]] | None = None
+) -> tuple[Path, Path, list[Path]]:
     """``--images`` FOLDER's image files (``--recursive``: with its subfolders), none under ``--out``; a folder with
-    none is one error line, with the hint when its subfolders have some."""
+    none is one error line, with the hint when its subfolders have some. A folder that cannot be read is left out;
+    ``unreadable`` (when given) receives (folder, one-line reason) for each."""
     from hookscope.core.outputs.batch import find_images
 
     folder, out = Path(args.images), Path(args.out)
-    images = find_images(folder, args.recursive, exclude=out)
+    closed: list[tuple[Path, str]] = []
+    images = find_images(folder, args.recursive, exclude=out, unreadable=closed)
     if not images:
         hint = (
             " (add --recursive to look in subfolders)" if not args.recursive and find_images(folder, True, out) else ""
         )
-        raise HookscopeError(f"There are no image files in '{folder}'{hint}.")
+        reason = f" ({closed[0][1].rstrip('.')})" if closed else ""
+        raise HookscopeError(f"There are no image files in '{folder}'{hint}{reason}.")
+    if unreadable is not None:
+        unreadable += closed
     return folder, out, images
+
+
+# The options that name a file (or folder) a command reads, and those that name what it writes.
+INPUT_OPTIONS = ("--image", "--images", "--video", "--session", "--weights", "--model-file", "--direction")
+OUTPUT_OPTIONS = ("--record", "--script", "--out")
+
+
+def read_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(option, path) of every file or folder the command reads, as given: images, the video, the session, the
+    weights and model files, a direction, the other images of mix edits and of a similar: target."""
+    from hookscope.core.models.files import split_factory
+
+    found: list[tuple[str, str]] = []
+    for option in INPUT_OPTIONS:
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if isinstance(value, (str, os.PathLike)) and option == "--model-file":
+            value = str(split_factory(value)[0])
+        if isinstance(value, str) and option == "--weights" and value in ("default", "none"):
+            continue
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, (str, os.PathLike)):
+                found.append((option, os.fspath(path)))
+    for spec in getattr(args, "edit", None) or []:
+        if spec.startswith("mix:") and spec.count(":") >= 3:
+            found.append(("--edit", spec.rsplit(":", 1)[1]))
+    target = getattr(args, "target", None)  # an Objective: --target's type parsed its words
+    if getattr(target, "kind", None) == "similar" and isinstance(image := getattr(target, "image", None), str):
+        found.append(("--target", image))
+    return found
+
+
+def refuse_writing_over_inputs(args: argparse.Namespace, outputs: tuple[str, ...] = OUTPUT_OPTIONS) -> None:
+    """An output that is one of the command's inputs (the same file, after links) is refused in one line before
+    anything runs: ``live --video clip.avi --record clip.avi`` would have overwritten the video with the recording."""
+    inputs = read_paths(args)
+    for option in outputs:
+        written = getattr(args, option[2:].replace("-", "_"), None)
+        if not isinstance(written, (str, os.PathLike)) or not os.path.lexists(written):
+            continue
+        for source, read in inputs:
+            if not os.path.isdir(read) and _same_file(written, read):  # a folder read is not overwritten
+                named = "" if os.fspath(written) == read else f" ('{read}')"
+                raise HookscopeError(f"{option} '{os.fspath(written)}' is the file {source} reads{named}: writing "
+                                     "there would destroy it; give another name.", path=os.fspath(written))  # fmt: skip
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths are one file or folder: through symbolic links, hard links and bind mounts."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one does not exist (or cannot be looked at): not one the other is
+        return False
 
 
 def add_model_options(parser: argparse.ArgumentParser, default_weights: str = DEFAULT_WEIGHTS) -> None:
@@ -151,7 +217,7 @@ def readable_error(error: HookscopeError) -> str:
     """The error's line, where it ends with the bare words of the ``OSError`` behind it (": Not a directory.")
     and that error is a blocked output path: with what is in the way instead (": a file is in the way: 'OUT/png'.").
     Every command's output errors read alike, worded here once."""
-    text, cause = str(error), error.__cause__
+    text, cause = cli_words(error), error.__cause__
     if not isinstance(cause, OSError) or (problem := write_problem(cause)) is None:
         return text
     path, reason = problem
@@ -217,8 +283,8 @@ def building(source: ModelSource, after_s: float = BUILD_NOTE_AFTER_S) -> Iterat
 
 def load_for_cli(args: argparse.Namespace) -> LoadedModel:
     """The model the command line asked for (catalogue name and weights, or --model-file), with its notice printed."""
-    from hookscope.core.engine.pipeline import open_model
-    from hookscope.core.models.catalogue import TIMM_PREFIX
+    from hookscope.core.models.loaded import TIMM_PREFIX
+    from hookscope.core.models.source import open_model
 
     source = model_source(args)
     if not source.file:
@@ -247,7 +313,8 @@ def fetch_for_cli(name: str, weights: str) -> None:
     downloaded, with a progress line (Ctrl-C stops it; the part that came stays in the cache, and the next run
     resumes it). Nothing for other models, or when all is cached."""
     from hookscope.core.models import hub as hub_models
-    from hookscope.core.models.catalogue import TIMM_PREFIX, timm_available
+    from hookscope.core.models.catalogue import timm_available
+    from hookscope.core.models.loaded import TIMM_PREFIX
 
     if name.startswith(hub_models.HF_PREFIX):
         if weights not in ("default", "none") or hub_models.is_cached(name, weights):
@@ -288,10 +355,17 @@ def register_for_cli(
 
     Returns the other images the mix edits blend in, read and preprocessed (``run_image(..., others=...)``).
     """
-    from hookscope.core.engine.pipeline import other_images
+    from hookscope.core.engine.interventions import other_images
 
-    for path in select_layers(args.layers, registry.paths):
-        for kind in args.hooks:
+    layers = select_layers(args.layers, registry.paths)
+    for kind in args.hooks:
+        if kind == "attention" and args.layers == "all":  # every module: the attention modules that can be read
+            paths = [path for path, support in registry.attention_modules().items() if support.capturable]
+            if not paths:
+                raise HookscopeError("The model has no attention module whose weights can be captured (attn).")
+        else:
+            paths = layers
+        for path in paths:
             registry.add(path, kind)
     edits = parse_edits(args)
     for edit in edits:

@@ -12,12 +12,16 @@ Building the parsers imports no torch, no Qt and no engine module that needs the
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any, TextIO
 
 from hookscope._version import __version__
 from hookscope.cli.bench import build_bench_parser, run_bench
-from hookscope.cli.common import add_model_options, comma_list, readable_error
+from hookscope.cli.common import add_model_options, comma_list, kinds_argument, readable_error
 from hookscope.cli.download import build_download_parser, run_download
 from hookscope.cli.export import build_export_parser, run_export
 from hookscope.cli.live import build_live_parser, run_live
@@ -25,8 +29,19 @@ from hookscope.cli.progress import end_progress_lines
 from hookscope.cli.scan import build_scan_parser, run_scan_command
 from hookscope.cli.teach import build_lessons_parser, build_visualize_parser, run_lessons, run_visualize
 from hookscope.core.common.errors import HookscopeError, write_error
+from hookscope.core.common.project import homepage, releases_page
+from hookscope.core.common.vocabulary import word_of, words_text
 from hookscope.system.allocator import keep_freed_memory
-from hookscope.system.termination import SIGTERM_EXIT, Terminated
+from hookscope.system.termination import (
+    INTERRUPT_EXIT,
+    SIGTERM_EXIT,
+    STOP_STATUSES,
+    Terminated,
+    end_process,
+    ignore_stops,
+    stop_deadline,
+    stopped_line,
+)
 
 SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan", "live")
 COMMANDS: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], int]]] = {
@@ -49,9 +64,37 @@ SUMMARIES = {  # one line each in 'hookscope --help'
 }
 
 
+def about_lines() -> str:
+    """The version and where the project and its downloads are ([project.urls], read from the metadata)."""
+    lines = f"Hookscope {__version__}"
+    if home := homepage():
+        lines += f": {home}"
+    if releases := releases_page():
+        lines += f"\nDownloads (installers for Linux, Windows and macOS): {releases}"
+    return lines + "\n"
+
+
+class WindowParser(argparse.ArgumentParser):
+    """The window's parser: its help ends with the version and the project's addresses, read only when the help
+    is printed (the metadata lookup costs tens of milliseconds a window start does not need)."""
+
+    def format_help(self) -> str:
+        return super().format_help() + "\n" + about_lines()
+
+
+class Renamed(argparse.Action):
+    """An option under its old name: its value goes where the new name's does, said once in a warning line."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        new = "--" + self.dest.replace("_", "-")
+        print(f"hookscope: warning: {option_string} is now {new}; the old name still works, for now.", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def build_window_parser() -> argparse.ArgumentParser:
     """``hookscope`` without a subcommand: the window, its images and options."""
-    parser = argparse.ArgumentParser(
+    parser = WindowParser(
         prog="hookscope",
         description="Look inside a PyTorch network: tick modules, drop an image, see what they compute.",
         epilog="Headless subcommands: ('hookscope SUBCOMMAND --help' for the options of each)\n"
@@ -69,12 +112,13 @@ def build_window_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--screenshot", metavar="OUT.png", help="save a screenshot of the window after the run and exit"
     )
-    parser.add_argument(
-        "--check", type=comma_list, metavar="PATH,PATH", help="modules to tick (in the --ticks columns)"
+    parser.add_argument("--tick", type=comma_list, metavar="PATH,PATH", help="modules to tick (the --hooks columns)")
+    parser.add_argument(  # the words of export's --hooks; a kind with no column is ticked as the column showing it
+        "--hooks", type=kinds_argument, metavar="WORDS", help=f"what --tick ticks: {words_text()} (default: act,grad)"
     )
-    parser.add_argument(
-        "--ticks", metavar="in,act,grad,grad_in", help="which columns --check ticks (default: act,grad)"
-    )
+    # The names before one vocabulary (tick, not check; --hooks as export's): still taken, with a warning line.
+    parser.add_argument("--check", type=comma_list, dest="tick", action=Renamed, help=argparse.SUPPRESS)
+    parser.add_argument("--ticks", type=kinds_argument, dest="hooks", action=Renamed, help=argparse.SUPPRESS)
     parser.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1366x768 (for --screenshot too)")
     parser.add_argument("--self-test", action="store_true", help="run the app offscreen end to end and report")
     parser.add_argument(
@@ -92,16 +136,72 @@ def build_window_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_parsers() -> tuple[
-    argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser
-]:
-    """The window's parser and those of export, bench and download."""
-    return build_window_parser(), build_export_parser(), build_bench_parser(), build_download_parser()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    keep_freed_memory()  # every command, the window too: a run's freed memory serves the next run
+    """The command; ``argv`` None: this process's own command line (the console script, ``python -m hookscope``).
+
+    Ctrl-C or SIGTERM at any moment, parsing included, is one line and exit 130 or 143. For the process's own
+    command line a signal also arms ``termination.stop_deadline``, and a stopped command ends its process at once
+    (``termination.end_process``): nothing a model file started, and no slow teardown, keeps it alive."""
+    process = argv is None
     args_list = list(sys.argv[1:] if argv is None else argv)
+    subcommand = bool(args_list) and args_list[0] in SUBCOMMANDS
+    try:
+        with stop_deadline() if process and subcommand else nullcontext():
+            with worded_warnings() if subcommand else nullcontext():
+                status = _main(args_list)
+    except KeyboardInterrupt as stop:  # outside the command's own handling: while parsing, or while saying an error
+        end_progress_lines()
+        status = SIGTERM_EXIT if isinstance(stop, Terminated) else INTERRUPT_EXIT
+        print(stopped_line(status), file=sys.stderr)
+    if process and status in STOP_STATUSES:
+        end_process(status)
+    if process and subcommand:
+        ignore_stops()  # the work is done and said: a Ctrl-C in the interpreter's teardown no longer kills it (-2)
+    return status
+
+
+@contextmanager
+def worded_warnings() -> Iterator[None]:
+    """A library's warning (torch's, transformers') as one line in Hookscope's words, each said once, instead of its
+    file, line and source text."""
+    said: set[str] = set()
+    previous = warnings.showwarning
+
+    def show(  # warnings.showwarning's signature
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = " ".join(str(message).split())
+        if text in said:
+            return
+        said.add(text)
+        source = os.path.basename(os.path.dirname(filename)) if filename.endswith("__init__.py") else filename
+        library = _library_of(source)
+        end_progress_lines()
+        print(f"hookscope: warning from {library}: {text}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
+def _library_of(filename: str) -> str:
+    """The package a warning came from, by its file (``.../site-packages/torch/nn/modules/module.py``: torch)."""
+    parts = filename.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return parts[parts.index(marker) + 1].removesuffix(".py")
+    return "hookscope" if "hookscope" in parts else os.path.splitext(parts[-1])[0] or "a library"
+
+
+def _main(args_list: list[str]) -> int:
+    keep_freed_memory()  # every command, the window too: a run's freed memory serves the next run
     command: Callable[[argparse.Namespace], int]
     if args_list and args_list[0] in SUBCOMMANDS:
         build, command = COMMANDS[args_list[0]]  # only the parser asked for is built (lessons' imports the lessons)
@@ -118,14 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"hookscope: error: {readable_error(error)}", file=sys.stderr)
         return 2
-    except Terminated:
+    except KeyboardInterrupt as stop:
         end_progress_lines()
-        print("hookscope: stopped (SIGTERM)", file=sys.stderr)
-        return SIGTERM_EXIT
-    except KeyboardInterrupt:
-        end_progress_lines()
-        print("hookscope: interrupted", file=sys.stderr)
-        return 130
+        status = SIGTERM_EXIT if isinstance(stop, Terminated) else INTERRUPT_EXIT
+        print(stopped_line(status), file=sys.stderr)
+        return status
     except Exception as error:  # a bug, not the user's fault: still one line unless asked
         end_progress_lines()
         blocked = write_error(error) if isinstance(error, OSError) else None  # an output path the user can fix
@@ -175,8 +272,13 @@ def run_window(args: argparse.Namespace) -> int:
         weights=args.weights,
         device=args.device,
         screenshot=args.screenshot,
-        check=args.check,
+        check=args.tick,
         self_test=args.self_test,
         size=args.size,
-        ticks=args.ticks,
+        ticks=_words(args.hooks),
     )
+
+
+def _words(kinds: list[str] | None) -> str | None:
+    """Kinds as the window's --hooks text (``run_gui`` takes words)."""
+    return ",".join(word_of(kind) for kind in kinds) if kinds else None

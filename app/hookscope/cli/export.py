@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,10 +17,12 @@ from hookscope.cli.common import (
     add_model_options,
     building,
     command_line_notice,
+    hooks_help,
     images_to_run,
     kinds_argument,
     load_for_cli,
     parse_edits,
+    refuse_writing_over_inputs,
     register_for_cli,
     target_argument,
 )
@@ -28,7 +31,14 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.system.termination import SIGTERM_EXIT, Terminated, sigterm_raises
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hookscope.core.engine.capture import RunResult
+    from hookscope.core.engine.hooks import HookRegistry
+    from hookscope.core.engine.target_words import Target
+    from hookscope.core.live.video import VideoSource
+    from hookscope.core.models.loaded import LoadedModel
+    from hookscope.core.outputs.batch import BatchProgress
 
 
 def build_export_parser() -> argparse.ArgumentParser:
@@ -50,8 +60,8 @@ def build_export_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--hooks",
         type=kinds_argument,
-        default=["forward", "backward"],
-        help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)",
+        default=["forward", "tensor"],  # the window's Act and Grad: the same files as its File > Export run
+        help=hooks_help("act,grad"),
     )
     parser.add_argument(
         "--target",
@@ -80,6 +90,8 @@ def build_export_parser() -> argparse.ArgumentParser:
 
 def frame_range(text: str) -> tuple[int, int | None]:
     """``A:B`` (frames A to B-1, counted from 0, as a Python slice), ``A:`` (A to the end) or ``N`` (frame N)."""
+    if not text.strip():  # not "frame 0": nothing was named
+        raise argparse.ArgumentTypeError("frames are A:B (from A up to, not including, B), A: or N; not ''")
     start_text, colon, stop_text = text.partition(":")
     try:
         start = int(start_text) if start_text.strip() else 0
@@ -166,6 +178,7 @@ def _export_mode(args: argparse.Namespace) -> str:
 
 def run_export(args: argparse.Namespace) -> int:
     mode = _export_mode(args)
+    refuse_writing_over_inputs(args)
     if mode == "--images":
         return run_export_batch(args)
     if mode == "--session":
@@ -222,11 +235,11 @@ def _warn_no_target(result: RunResult) -> None:
         print(f"hookscope: no gradient taken: {result.no_target}", file=sys.stderr)
 
 
-def _batch_progress(line: ProgressLine):
+def _batch_progress(line: ProgressLine) -> Callable[[BatchProgress], None]:
     """The batch's progress on ``line``: "12/100 images (12%), 3.1 images/s, about 28 s left, cat.jpg, skipped 1";
     the rate and the time left count only the images run in this call (not those an earlier run finished)."""
 
-    def show(progress) -> None:
+    def show(progress: BatchProgress) -> None:
         what = [progress.image]
         if progress.skipped:
             what.append(f"skipped {progress.skipped}")
@@ -237,7 +250,9 @@ def _batch_progress(line: ProgressLine):
     return show
 
 
-def _write_script(args: argparse.Namespace, loaded, registry, image: str, target, device: str) -> None:
+def _write_script(
+    args: argparse.Namespace, loaded: LoadedModel, registry: HookRegistry, image: str, target: Target, device: str
+) -> None:
     """--script OUT.py: the run of ``image`` as a standalone PyTorch script (written after the run, so that the hooks
     are the ones the run used: a full backward hook or its tensor-hook fallback)."""
     if not getattr(args, "script", None):
@@ -309,9 +324,9 @@ def run_export_session(args: argparse.Namespace) -> int:
     from hookscope.core.common.errors import DeviceError, ImageError
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.engine.hooks import HookRegistry
-    from hookscope.core.engine.pipeline import ModelSource, open_model
     from hookscope.core.engine.run import run_image
     from hookscope.core.models.images import read_image
+    from hookscope.core.models.source import ModelSource, open_model
     from hookscope.core.outputs.export import write_run
     from hookscope.core.outputs.session import apply_session_edits, load_session, register_session_hooks, session_survey
 
@@ -376,12 +391,8 @@ def run_export_session(args: argparse.Namespace) -> int:
 def run_export_video(args: argparse.Namespace) -> int:
     """export --video FILE --frames A:B: one folder per frame (OUT/frame-000012), as ``export --image`` writes."""
     from hookscope.core.engine.devices import resolve_device
-    from hookscope.core.engine.hooks import HookRegistry
-    from hookscope.core.engine.objectives import with_reference
-    from hookscope.core.engine.run import run_image
-    from hookscope.core.live.runner import frame_input
     from hookscope.core.live.video import open_video
-    from hookscope.core.outputs.export import write_run
+    from hookscope.core.outputs.frames import kept_text
 
     if args.frames is None:
         raise HookscopeError("--video needs --frames A:B, the frames to write (e.g. --frames 0:10).")
@@ -395,37 +406,65 @@ def run_export_video(args: argparse.Namespace) -> int:
         raise HookscopeError(f"'{source.info.name}' has {source.info.frame_count} frames (0-{source.info.frame_count - 1}); "
                              f"--frames {start}:{'' if stop is None else stop} starts after them.")  # fmt: skip
     parse_edits(args)
-    loaded = load_for_cli(args)
     out = Path(args.out)
-    last = (stop if stop is not None else (source.info.frame_count or 1_000_000)) - 1
-    width = max(6, len(str(last)))
-    written = 0
-    with source, HookRegistry(loaded.module) as registry:
-        others = register_for_cli(registry, args, loaded.preprocess)
-        target = with_reference(args.target, loaded)  # similar:/text: the embedding compared with, made once
-        source.skip_to(start)
-        while stop is None or source.frames_read < stop:
-            frame = source.read()  # raises for a truncated file, after the frames it holds were written
-            if frame is None:
-                break
-            folder = out / f"frame-{frame.index:0{width}d}"
-            result = run_image(loaded, registry, frame_input(loaded, frame), device=args.device, target=target,
-                               others=others, baseline=bool(args.edit))  # fmt: skip
-            extra = {"video": {"file": str(args.video), "frame": frame.index, "time_s": round(frame.time_s, 6)}}
-            manifest = write_run(result, loaded, folder, image=f"{args.video}#frame={frame.index}",
-                                 kinds=tuple(args.hooks), png=not args.no_png, edits=args.edit or (),
-                                 extra=extra)  # fmt: skip
-            top = result.top5[0] if result.top5 else None
-            best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
-            print(
-                f"frame {frame.index} ({frame.time_s:.3f} s): {len(result.records)} records -> {folder}  top-1: {best}"
-            )
-            _warn_no_target(result)
-            _warn_non_finite(manifest)
-            written += 1
+    written: list[int] = []
+    try:
+        with sigterm_raises():  # kill PID stops like Ctrl-C: the frames written whole stay, one line says which
+            loaded = load_for_cli(args)
+            last = (stop if stop is not None else (source.info.frame_count or 1_000_000)) - 1
+            _export_frames(args, loaded, source, out, max(6, len(str(last))), written)
+    except KeyboardInterrupt as stop_signal:
+        source.close()
+        said = "stopped (SIGTERM)" if isinstance(stop_signal, Terminated) else "interrupted"
+        print(f"hookscope: {said}; {kept_text(written, out)}; the frame being written was not kept.", file=sys.stderr)
+        return SIGTERM_EXIT if isinstance(stop_signal, Terminated) else 130
     if not written:
         raise HookscopeError(f"'{args.video}' has no frame in --frames {start}:{'' if stop is None else stop}.")
-    if stop is not None and start + written < stop:
-        print(f"hookscope: the video ended at frame {start + written - 1}; {written} of the {stop - start} frames "
-              f"asked for were written", file=sys.stderr)  # fmt: skip
+    if stop is not None and start + len(written) < stop:
+        print(f"hookscope: the video ended at frame {start + len(written) - 1}; {len(written)} of the {stop - start} "
+              f"frames asked for were written", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _export_frames(
+    args: argparse.Namespace, loaded: LoadedModel, source: VideoSource, out: Path, width: int, written: list[int]
+) -> None:
+    """export --video's frames, each into its folder whole or not at all (``core.outputs.frames``), their indexes
+    added to ``written`` as they are. A full disk is one line naming the disk and what is kept."""
+    from hookscope.core.engine.hooks import HookRegistry
+    from hookscope.core.engine.objectives import with_reference
+    from hookscope.core.engine.run import run_image
+    from hookscope.core.live.runner import frame_input
+    from hookscope.core.outputs.export import write_run
+    from hookscope.core.outputs.frames import disk_full, frame_name, full_disk_error, remove_leftovers, write_frame
+
+    start, stop = args.frames
+    index = start
+    try:
+        with source, HookRegistry(loaded.module) as registry:
+            others = register_for_cli(registry, args, loaded.preprocess)
+            target = with_reference(args.target, loaded)  # similar:/text: the embedding compared with, made once
+            remove_leftovers(out)
+            source.skip_to(start)
+            while stop is None or source.frames_read < stop:
+                frame = source.read()  # raises for a truncated file, after the frames it holds were written
+                if frame is None:
+                    break
+                index = frame.index
+                result = run_image(loaded, registry, frame_input(loaded, frame), device=args.device, target=target,
+                                   others=others, baseline=bool(args.edit))  # fmt: skip
+                extra = {"video": {"file": str(args.video), "frame": frame.index, "time_s": round(frame.time_s, 6)}}
+                write = partial(write_run, result, loaded, image=f"{args.video}#frame={frame.index}",
+                                kinds=tuple(args.hooks), png=not args.no_png, edits=args.edit or (), extra=extra)  # fmt: skip
+                manifest = write_frame(out, frame_name(frame.index, width), write)
+                written.append(frame.index)
+                top = result.top5[0] if result.top5 else None
+                best = f"{top.label} ({top.probability:.1%})" if top else "no class scores"
+                print(f"frame {frame.index} ({frame.time_s:.3f} s): {len(result.records)} records -> "
+                      f"{out / frame_name(frame.index, width)}  top-1: {best}")  # fmt: skip
+                _warn_no_target(result)
+                _warn_non_finite(manifest)
+    except OSError as error:
+        if disk_full(error, out):
+            raise full_disk_error(error, out, index, written) from error
+        raise

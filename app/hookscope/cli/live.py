@@ -10,19 +10,28 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from typing import TYPE_CHECKING
 
 from hookscope.cli.common import (
     add_model_file_options,
     add_model_options,
     comma_list,
+    hooks_help,
     kinds_argument,
     load_for_cli,
     not_negative_int,
     positive_int,
+    refuse_writing_over_inputs,
     register_for_cli,
     target_argument,
 )
+from hookscope.cli.words import cli_words
 from hookscope.core.common.errors import HookscopeError
+
+if TYPE_CHECKING:
+    from hookscope.core.engine.capture import RunResult
+    from hookscope.core.engine.hooks import HookRegistry
+    from hookscope.core.live.video import Frame, RecordingFull, VideoRecorder
 
 BARE_RUNS = 5  # --measure's runs of the model alone before and after the frames, when --bare-runs does not say
 
@@ -42,7 +51,7 @@ def build_live_parser() -> argparse.ArgumentParser:
     source.add_argument("--list-cameras", action="store_true", help="list the cameras found and exit")
     parser.add_argument("--layers", default="all", help="'all' or module paths separated by commas (default: all)")
     parser.add_argument("--hooks", type=kinds_argument, default=["forward", "backward"],
-                        help="kinds: forward,pre,backward,tensor,grad_input (default: forward,backward)")  # fmt: skip
+                        help=hooks_help("act,grad_out"))  # fmt: skip
     parser.add_argument(
         "--target", type=target_argument, default="top1", help="'top1' or a class index for the gradient"
     )
@@ -70,9 +79,22 @@ def build_live_parser() -> argparse.ArgumentParser:
                         help="the module whose panel --record shows (default: the first of --layers)")  # fmt: skip
     parser.add_argument("--record-cam", action="store_true",
                         help="--record shows --record-layer's Grad-CAM over the input instead of its panel (needs "
-                        "forward and a gradient kind in --hooks, e.g. forward,tensor)")  # fmt: skip
+                        "act and a gradient in --hooks, e.g. act,grad)")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
+
+
+def _close_recording(recorder: VideoRecorder | None) -> RecordingFull | None:
+    """Close --record's file; the error to end with when its disk filled up (what the file kept, read back)."""
+    from hookscope.core.live.video import RecordingFull
+
+    if recorder is None:
+        return None
+    try:
+        recorder.close()
+    except RecordingFull as full:
+        return full
+    return None
 
 
 def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
@@ -89,17 +111,19 @@ def _record_panel(args: argparse.Namespace) -> tuple[str, str]:
         from hookscope.core.live.runner import GRAD_CAM
 
         if "forward" not in args.hooks or not set(args.hooks) & set(OUTPUT_GRADIENT_KINDS):
-            raise HookscopeError("--record-cam needs activations and gradients: --hooks forward,tensor (or "
-                                 "forward,backward).")  # fmt: skip
+            raise HookscopeError("--record-cam needs activations and gradients: --hooks act,grad (or "
+                                 "act,grad_out).")  # fmt: skip
         return layer, GRAD_CAM
     return layer, "forward" if "forward" in args.hooks else args.hooks[0]
 
 
+# long because: the command's steps in order (refuse before the model loads, run, one line per way the run ended), all
+# on the same args, source, recorder and report
 def run_live(args: argparse.Namespace) -> int:
     """live: the source through the hooks; one line of what ran, one of the rates; Ctrl-C/SIGTERM stop it."""
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.live.runner import SeenView, live_run, model_alone_text, seen_picture, source_bound_text
-    from hookscope.core.live.video import VideoRecorder, list_cameras, no_camera_line, open_camera, open_video
+    from hookscope.core.live.video import VideoRecorder, list_cameras, no_camera_error, open_camera, open_video
     from hookscope.system.termination import SIGTERM_EXIT, sigterm_raises
 
     if args.list_cameras:
@@ -107,7 +131,7 @@ def run_live(args: argparse.Namespace) -> int:
         for camera in cameras:
             print(f"{camera.index}: {camera.name}")
         if not cameras:
-            print(f"hookscope: {no_camera_line()}", file=sys.stderr)
+            print(f"hookscope: {cli_words(no_camera_error())}", file=sys.stderr)
         return 0
     if args.loop and args.camera is not None:
         raise HookscopeError("--loop goes with --video (a camera does not end).")
@@ -115,6 +139,7 @@ def run_live(args: argparse.Namespace) -> int:
         raise HookscopeError("--unpaced goes with --video (a camera gives frames at its own rate).")
     if (args.record_layer or args.record_cam) and not args.record:
         raise HookscopeError(f"{'--record-layer' if args.record_layer else '--record-cam'} goes with --record OUT.mp4.")
+    refuse_writing_over_inputs(args)  # --record over the --video it plays
     resolve_device(args.device)
     source = open_video(args.video) if args.video else open_camera(args.camera)  # a bad file fails before the model
     source.close()
@@ -126,12 +151,12 @@ def run_live(args: argparse.Namespace) -> int:
     if recorder is not None and panel[0] not in dict(loaded.module.named_modules()):
         raise HookscopeError(f"The model has no module named '{panel[0]}' (--record-layer).", module_path=panel[0])
 
-    def register(registry) -> None:
+    def register(registry: HookRegistry) -> None:
         register_for_cli(registry, args, loaded.preprocess)
 
     source = open_video(args.video) if args.video else open_camera(args.camera)
 
-    def record(frame, result) -> None:
+    def record(frame: Frame, result: RunResult) -> None:
         assert recorder is not None  # only called with --record
         recorder.add(frame.index, seen_picture(loaded, result, *panel))
 
@@ -145,8 +170,7 @@ def run_live(args: argparse.Namespace) -> int:
                               on_start=lambda: print(f"hookscope: playing {source.info.name} through the hooks; "
                                                      "Ctrl-C stops", file=sys.stderr, flush=True))  # fmt: skip
     finally:
-        if recorder is not None:
-            recorder.close()  # what was recorded is a playable file, however the run ended
+        recording_full = _close_recording(recorder)  # a playable file, however the run ended
     info = source.info
     mode = "as fast as the model takes them" if args.unpaced else "at its own rate"
     size = "x".join(map(str, report.input_shape[-2:])) or "?"
@@ -173,6 +197,8 @@ def run_live(args: argparse.Namespace) -> int:
         )
         if bound is not None:
             print(f"hookscope: {bound}", file=sys.stderr)
+    if recording_full is not None:  # the disk filled up: how much of the recording is kept, exit 2
+        raise recording_full
     if recorder is not None and recorder.frames_written:
         print(f"recorded {recorder.frames_written} pictures ({recorder.frames_written / recorder.fps:.1f} s at "
               f"{recorder.fps:g} fps) of {SeenView(*panel).describe()} -> {recorder.path}")  # fmt: skip

@@ -1,4 +1,4 @@
-"""``hookscope scan``: what excites each channel, over a folder of images (``hookscope.core.scan.scanner``), on this machine or on
+"""``hookscope scan``: what excites each channel, over a folder of images (``hookscope.core.scan.run``), on this machine or on
 a Ray cluster (``--ray``).
 
 Progress, with the time left, is one line redrawn on a terminal and plain lines otherwise, on stderr; Ctrl-C (exit
@@ -13,8 +13,9 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hookscope.cli.common import (
     add_model_file_options,
@@ -23,10 +24,19 @@ from hookscope.cli.common import (
     load_for_cli,
     model_source,
     positive_int,
+    refuse_writing_over_inputs,
     select_layers,
 )
 from hookscope.cli.progress import ProgressLine
 from hookscope.core.common.errors import HookscopeError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hookscope.core.models.loaded import LoadedModel
+    from hookscope.core.scan.backends import ScanBackend
+    from hookscope.core.scan.results import ScanResult, ScanSettings
+    from hookscope.core.scan.run import ScanProgress
 
 DEFAULT_BATCH = 32
 
@@ -138,7 +148,9 @@ class _Progress:
     """The scan's progress on stderr, every phase (the scan, the boxes, the strips, the page), each with its rate and
     the time left: ``hookscope.cli.progress.ProgressLine``, one line redrawn on a terminal, plain lines elsewhere."""
 
-    def __init__(self, stream=None, report_every: float | None = None, plain_every: float | None = None) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, report_every: float | None = None, plain_every: float | None = None
+    ) -> None:
         self.stream = stream
         self.every: dict[str, Any] = {
             k: v for k, v in (("tty_every_s", report_every), ("plain_every_s", plain_every)) if v is not None
@@ -150,7 +162,7 @@ class _Progress:
     def drawn(self) -> bool:
         return self._line is not None and bool(self._line._drawn)
 
-    def __call__(self, progress) -> None:
+    def __call__(self, progress: ScanProgress) -> None:
         if progress.phase != self._phase:
             if self._line is not None:
                 self._line.close()
@@ -167,39 +179,38 @@ class _Progress:
             self._line.end_line()
 
 
-def _default_batch(loaded, settings, images: int, device: str) -> int:
-    """``DEFAULT_BATCH``, or the largest batch below it that fits in memory (at least 1: one image that does not
-    fit is refused with its own line)."""
-    from hookscope.core.engine.memory_fit import available_memory, largest_fitting
-    from hookscope.core.scan.scanner import memory_need
+def _fit_to_memory(loaded: LoadedModel, settings: ScanSettings, images: int, device: str, batch_asked: bool,
+                   local: bool) -> ScanSettings:  # fmt: skip
+    """--size, --top and --batch-size that cannot fit in memory are refused before the first image is read, each
+    with the largest value that would fit. A batch size not asked for is ``DEFAULT_BATCH``, or the largest batch
+    below it that fits (at least 1: one image that does not fit is refused with its own line). ``local``: the scan
+    runs in this process (not on Ray's actors)."""
+    from hookscope.core.engine.memory_fit import available_memory, largest_fitting, refuse_unless_fits
+    from hookscope.core.scan.memory import scan_memory
 
-    need, free, size = memory_need(loaded, settings, images), available_memory(device), loaded.preprocess.crop
-    if free is None or need(size, DEFAULT_BATCH) <= free:
-        return DEFAULT_BATCH
-    return largest_fitting(lambda batch: need(size, batch), 1, DEFAULT_BATCH - 1, free) or 1
-
-
-def _refuse_what_cannot_fit(loaded, settings, images: int, device: str) -> None:
-    """--size and --batch-size that cannot fit in memory are refused before the first image is read."""
-    from hookscope.core.engine.memory_fit import available_memory, refuse_unless_fits
-    from hookscope.core.scan.scanner import memory_need
-
-    need, free, size = memory_need(loaded, settings, images), available_memory(device), loaded.preprocess.crop
-    refuse_unless_fits("one image", size, lambda pixels: need(pixels, 1), 16, free, "--size")
-    refuse_unless_fits(f"batches of {size}x{size} pixels", settings.batch_size, lambda batch: need(size, batch), 1,
-                       free, "--batch-size", " (or --no-boxes)" if settings.boxes else "")  # fmt: skip
+    memory, free, size = scan_memory(loaded, settings, images, local), available_memory(device), loaded.preprocess.crop
+    refuse_unless_fits("one image", size, lambda pixels: memory.need(pixels, 1), 16, free, "--size")
+    refuse_unless_fits(f"the top images of {memory.channels} channels", settings.top,
+                       lambda k: memory.top(k) + memory.need(size, 1), 1, free, "--top")  # fmt: skip
+    top = memory.top(settings.top)  # held while every batch runs
+    if not batch_asked and free is not None and memory.need(size, DEFAULT_BATCH) + top > free:
+        fits = largest_fitting(lambda batch: memory.need(size, batch) + top, 1, DEFAULT_BATCH - 1, free) or 1
+        settings = replace(settings, batch_size=fits)
+    refuse_unless_fits(f"batches of {size}x{size} pixels", settings.batch_size,
+                       lambda batch: memory.need(size, batch) + top, 1, free, "--batch-size",
+                       " (or --no-boxes)" if settings.boxes else "")  # fmt: skip
+    return settings
 
 
 def run_scan_command(args: argparse.Namespace) -> int:
     from hookscope.core.engine.devices import resolve_device
-    from hookscope.core.scan.page import write_page
-    from hookscope.core.scan.results import write_strips
-    from hookscope.core.scan.scanner import CHECKPOINT_FILE, LocalScan, ScanBackend, ScanSettings, run_scan, write_scan
-    from hookscope.system.termination import SIGTERM_EXIT, Terminated
+    from hookscope.core.scan.results import ScanSettings
 
     if args.size < 0:
         raise HookscopeError(f"--size must be a number of pixels (or 0 for the model's own), not {args.size}.")
-    folder, out, images = images_to_run(args)
+    refuse_writing_over_inputs(args)  # --out over --weights or --model-file
+    unreadable: list[tuple[Path, str]] = []  # folders left out, with their reasons
+    folder, out, images = images_to_run(args, unreadable)
     device = str(resolve_device(args.device))
     loaded = load_for_cli(args)
     if args.size:
@@ -207,40 +218,72 @@ def run_scan_command(args: argparse.Namespace) -> int:
     modules = select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
     settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size or DEFAULT_BATCH,
                             boxes=not args.no_boxes, exact_boxes=args.exact_boxes)  # fmt: skip
-    if args.batch_size is None:  # not asked for: the default, or fewer where a batch of it would not fit
-        settings = replace(settings, batch_size=_default_batch(loaded, settings, len(images), device))
-    _refuse_what_cannot_fit(loaded, settings, len(images), device)
-    backend: ScanBackend
-    if args.ray is not None:
-        from hookscope.core.scan.on_ray import RayScan
+    settings = _fit_to_memory(loaded, settings, len(images), device, args.batch_size is not None, args.ray is None)
+    backend = _backend(args, loaded, settings, images, device)
+    try:
+        done = _scan_and_write(args, backend, loaded, images, settings, folder, out)
+    finally:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+    return done if isinstance(done, int) else _report(args, done, loaded, settings, len(images), unreadable)
 
-        source = replace(model_source(args), preprocess=loaded.preprocess)
-        backend = RayScan(source, settings, images, address=args.ray or None, actors=args.ray_actors,
-                          gpus=args.ray_gpus, device=device, quiet=not args.debug)  # fmt: skip
-    else:
-        backend = LocalScan(loaded, settings, images, device)
+
+def _backend(args: argparse.Namespace, loaded: LoadedModel, settings: ScanSettings, images: list[Path],
+             device: str) -> ScanBackend:  # fmt: skip
+    """This process, or Ray (``--ray``)."""
+    from hookscope.core.scan.backends import LocalScan
+
+    if args.ray is None:
+        return LocalScan(loaded, settings, images, device)
+    from hookscope.core.scan.on_ray import RayScan
+
+    source = replace(model_source(args), preprocess=loaded.preprocess)
+    return RayScan(source, settings, images, address=args.ray or None, actors=args.ray_actors, gpus=args.ray_gpus,
+                   device=device, quiet=not args.debug)  # fmt: skip
+
+
+@dataclass
+class _Written:
+    """What a run of the command wrote: the scan (complete or not), scan.json, the strips and module pages."""
+
+    result: ScanResult
+    path: Path | None = None
+    strips: int = 0
+    pages: int = 0
+    stop_code: int = 130  # the exit status of a stop: 143 when it came from SIGTERM
+
+
+def _scan_and_write(args: argparse.Namespace, backend: ScanBackend, loaded: LoadedModel, images: list[Path],
+                    settings: ScanSettings, folder: Path, out: Path) -> _Written | int:  # fmt: skip
+    """The scan, then scan.json, the strips (``--png``) and the page (``--html``), until Ctrl-C or SIGTERM asks to
+    stop (then the exit status, when the scan itself was stopped at once)."""
+    from hookscope.core.scan.page import write_page
+    from hookscope.core.scan.results import CHECKPOINT_FILE, write_scan, write_strips
+    from hookscope.core.scan.run import run_scan
+    from hookscope.system.termination import SIGTERM_EXIT, Terminated
+
     show = _Progress()
-    stop_code = 130
-    strips = pages = 0
     try:
         with _stop_signals() as interrupt:
             interrupt.line_drawn = lambda: show.drawn
             result = run_scan(backend, loaded, images, settings, root=folder, out_dir=out, resume=args.resume,
                               progress=show, cancelled=lambda: interrupt.asked)  # fmt: skip
+            written = _Written(result)
             if result.complete:
                 try:
-                    path = write_scan(result, out)
+                    written.path = write_scan(result, out)
                 except HookscopeError as error:  # a full disk: the checkpoint holds the finished scan
                     raise HookscopeError(f"{error} The finished scan is kept in '{out / CHECKPOINT_FILE}': make "
                                          "room and run the same command with --resume to write it.",
                                          path=error.path) from error  # fmt: skip
                 if args.png:
-                    strips = write_strips(result, out, progress=_counter(show, "PNG strips"),
-                                          cancelled=lambda: interrupt.asked)  # fmt: skip
+                    written.strips = write_strips(result, out, progress=_counter(show, "PNG strips"),
+                                                  cancelled=lambda: interrupt.asked)  # fmt: skip
                 if args.html and not interrupt.asked:
-                    pages = write_page(result, out, progress=_counter(show, "page"),
-                                       cancelled=lambda: interrupt.asked)  # fmt: skip
-            stop_code = SIGTERM_EXIT if interrupt.terminated else 130
+                    written.pages = write_page(result, out, progress=_counter(show, "page"),
+                                               cancelled=lambda: interrupt.asked)  # fmt: skip
+            written.stop_code = SIGTERM_EXIT if interrupt.terminated else 130
     except HookscopeError:
         show.end_line()  # the error starts a line of its own
         raise
@@ -250,36 +293,44 @@ def run_scan_command(args: argparse.Namespace) -> int:
         print(f"hookscope: stopped{signal_name}; run the same command with --resume to go on where it stopped.",
               file=sys.stderr)  # fmt: skip
         return SIGTERM_EXIT if isinstance(stop, Terminated) else 130
-    finally:
-        close = getattr(backend, "close", None)
-        if close is not None:
-            close()
     show.end_line()
+    return written
+
+
+def _report(args: argparse.Namespace, written: _Written, loaded: LoadedModel, settings: ScanSettings, images: int,
+            unreadable: list[tuple[Path, str]]) -> int:  # fmt: skip
+    """The lines that end the command: where it stopped, or what was skipped and what was written where."""
+    from hookscope.core.scan.results import shown_text
+    from hookscope.system.termination import SIGTERM_EXIT
+
+    result, out, stop_code = written.result, Path(args.out), written.stop_code
     said = " (SIGTERM)" if stop_code == SIGTERM_EXIT else ""
     if not result.complete:
-        print(f"hookscope: stopped{said} after {result.processed} of {len(images)} images; run the same command "
+        print(f"hookscope: stopped{said} after {result.processed} of {images} images; run the same command "
               "with --resume to go on where it stopped.", file=sys.stderr)  # fmt: skip
         return stop_code
-    for _index, reason in result.skipped:
-        print(f"hookscope: skipped: {reason}", file=sys.stderr)
-    skipped = f" ({len(result.skipped)} skipped)" if result.skipped else ""
+    for reason in [r for _folder, r in unreadable] + [r for _index, r in result.skipped]:
+        print(f"hookscope: skipped: {shown_text(reason)}", file=sys.stderr)  # a name's newline cannot end it
+    left_out = [f"{len(result.skipped)} skipped"] if result.skipped else []
+    left_out += [f"{len(unreadable)} folder{'s' if len(unreadable) != 1 else ''} unreadable"] if unreadable else []
+    skipped = f" ({', '.join(left_out)})" if left_out else ""
     rate = result.processed / result.scan_s if result.scan_s > 0 else 0.0
     kinds = sorted({m.boxes for m in result.modules.values() if m.boxes})
     boxes = (
         f", boxes ({' and '.join(kinds)}) in {result.boxes_s:.1f} s" if settings.boxes else ", no boxes (--no-boxes)"
     )
-    where = " on Ray" if args.ray is not None else ""
-    print(f"{len(modules)} module{'s' if len(modules) != 1 else ''} of {loaded.display_name} over "
-          f"{result.processed} images{skipped}{where}: {rate:.1f} img/s{boxes} -> {path}")  # fmt: skip
+    where, modules = " on Ray" if args.ray is not None else "", len(settings.modules)
+    print(f"{modules} module{'s' if modules != 1 else ''} of {loaded.display_name} over "
+          f"{result.processed} images{skipped}{where}: {rate:.1f} img/s{boxes} -> {written.path}")  # fmt: skip
     total = sum(m.channels for m in result.modules.values())
     if args.png:
-        if strips < total:
-            print(f"hookscope: stopped{said} after {strips} of {total} PNG strips; scan.json is complete.",
+        if written.strips < total:
+            print(f"hookscope: stopped{said} after {written.strips} of {total} PNG strips; scan.json is complete.",
                   file=sys.stderr)  # fmt: skip
             return stop_code
-        print(f"{strips} PNG strips of the top {settings.top} patches per channel -> {out / 'png'}")
+        print(f"{written.strips} PNG strips of the top {settings.top} patches per channel -> {out / 'png'}")
     if args.html:
-        if pages < len(result.modules):
+        if written.pages < len(result.modules):
             print(f"hookscope: stopped{said} before the HTML page was written; scan.json is complete.",
                   file=sys.stderr)  # fmt: skip
             return stop_code
@@ -287,8 +338,8 @@ def run_scan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _counter(show: _Progress, what: str):
+def _counter(show: _Progress, what: str) -> Callable[[int, int], None]:
     """A (done, total) callback drawn by the scan's progress line, as a phase of its own."""
-    from hookscope.core.scan.scanner import ScanProgress
+    from hookscope.core.scan.run import ScanProgress
 
     return lambda done, total: show(ScanProgress(what, done, total, 0, 0, 0.0))

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hookscope.cli.common import add_model_file_options, add_model_options, load_for_cli
+from hookscope.cli.common import add_model_file_options, add_model_options, load_for_cli, refuse_writing_over_inputs
 from hookscope.cli.progress import ProgressLine, stop_on_signals
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.teaching.lesson_ids import LESSON_IDS
@@ -23,8 +23,6 @@ def build_visualize_parser() -> argparse.ArgumentParser:
         "maximisation, read through a forward hook), and write it as a picture.",
     )
     add_model_options(parser)
-    # the old spelling of --seed (before --seed became the weights' seed here too, as in every command)
-    parser.add_argument("--weights-seed", type=int, dest="seed", help=argparse.SUPPRESS)
     add_model_file_options(parser)
     parser.add_argument("--layer", required=True, metavar="PATH", help="the module to read, e.g. layer3.1")
     what = parser.add_mutually_exclusive_group()
@@ -63,6 +61,7 @@ def run_visualize(args: argparse.Namespace) -> int:
     )
 
     out = Path(args.out)
+    refuse_writing_over_inputs(args)  # --out over --direction, --weights or --model-file
     if args.steps < 1:  # no step, no time per step to report
         raise HookscopeError(f"--steps must be at least 1, not {args.steps}.")
     if out.suffix.lower() not in Image.registered_extensions():
@@ -133,7 +132,9 @@ def run_lessons(args: argparse.Namespace) -> int:
     from hookscope.core.common.resources import resource, sample_image
     from hookscope.core.engine.devices import resolve_device
     from hookscope.core.models.images import read_image
-    from hookscope.core.teaching.lessons import LESSONS, lesson_inputs, model_code_for, result_line
+    from hookscope.core.teaching.lessons import LESSONS, result_line
+    from hookscope.core.teaching.lessons.inputs import lesson_inputs
+    from hookscope.core.teaching.lessons.networks import model_code_for
 
     if not args.run_all:
         for item in LESSONS:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 SETTINGS_DIR_ENV = "HOOKSCOPE_SETTINGS_DIR"  # the same variable hookscope.ui.state.settings reads
 ORGANIZATION = APPLICATION = "Hookscope"
@@ -277,7 +278,7 @@ def report_startup_error(message: str, details: str = "", dialog: bool = True) -
     return 1
 
 
-def _splash():
+def _splash() -> Any:
     """PyInstaller's splash module when the bootloader's splash is up, else None (importing it without a splash
     prints a complaint on stderr, so the environment is checked first)."""
     if SPLASH_ENV not in os.environ:

@@ -20,7 +20,14 @@ from PySide6.QtCore import QEventLoop, QMessageLogContext, QTimer, QtMsgType, qI
 from PySide6.QtWidgets import QApplication
 
 from hookscope.core.common.errors import HookscopeError, ModelError
-from hookscope.core.common.vocabulary import HOOK_WORDS, kinds_of_words
+from hookscope.core.common.vocabulary import (
+    COLUMN_ORDER,
+    HOOK_WORDS,
+    SHOWN_AS,
+    deprecation_line,
+    kinds_of_words,
+    old_spellings,
+)
 from hookscope.core.engine.devices import resolve_device
 from hookscope.core.models.catalogue import DEFAULT_MODEL, catalogue
 from hookscope.core.models.images import read_image
@@ -35,8 +42,9 @@ from hookscope.ui.dialogs.about import app_icon
 from hookscope.ui.main_window import MainWindow
 from hookscope.ui.state.settings import settings_folder
 from hookscope.ui.state.worker import active_threads, wait_for_workers
-from hookscope.ui.state.workspace import CHECK_KINDS
+from hookscope.ui.state.workspace import TICK_KINDS
 from hookscope.ui.theme import apply_theme, configure_pyqtgraph
+from hookscope.ui.widgets.disposal import dispose
 
 SELF_TEST_REPORT_ENV = "HOOKSCOPE_SELF_TEST_REPORT"
 RUN_TIMEOUT_S = 300
@@ -144,7 +152,7 @@ def settle(ms: int = 300) -> None:
 
 def _close(window: MainWindow) -> None:
     window.close()
-    window.deleteLater()
+    dispose(window)
     QApplication.processEvents()
 
 
@@ -163,11 +171,17 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def parse_ticks(text: str) -> tuple[str, ...]:
-    """``act,in,grad,grad_in`` (the tree's columns: ``HOOK_WORDS``) as hook kinds, in the tree's column order."""
+    """The window's ``--hooks``: the words export's ``--hooks`` takes (``HOOK_WORDS``; the old spellings with a
+    warning line), as the kinds the tree's columns tick, in their order (``grad_out`` is ticked as Grad)."""
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
-    if not names or any(name not in HOOK_WORDS for name in names):
-        raise HookscopeError(f"--ticks takes a list of {', '.join(HOOK_WORDS)} (not '{text}').")
-    return kinds_of_words(names)
+    try:
+        kinds = kinds_of_words(names)
+    except HookscopeError:
+        raise HookscopeError(f"--hooks takes a list of {', '.join(HOOK_WORDS)} (not '{text}').") from None
+    if old := old_spellings(names):
+        print(f"hookscope: warning: --hooks: {deprecation_line(old)}", file=sys.stderr)
+    shown = {SHOWN_AS.get(kind, kind) for kind in kinds}
+    return tuple(kind for kind in COLUMN_ORDER if kind in shown)
 
 
 def take_screenshot(
@@ -178,7 +192,7 @@ def take_screenshot(
     device: str,
     check: list[str] | None,
     size: tuple[int, int] = SCREENSHOT_SIZE,
-    ticks: tuple[str, ...] = CHECK_KINDS,
+    ticks: tuple[str, ...] = TICK_KINDS,
 ) -> int:
     """Open the real window at ``size``, tick ``check`` (the ``ticks`` columns) as a click would, wait, save."""
     name = _check_model(model)
@@ -186,13 +200,13 @@ def take_screenshot(
     if image is not None:
         read_image(image)  # a clear one-line error now, not a timeout later
     application(offscreen=_no_display())
-    window = make_window(name, weights, device, image, checks=check, remember=False, check_kinds=ticks)
+    window = make_window(name, weights, device, image, ticks=check, remember=False, tick_kinds=ticks)
     window.show_dialogs = False
     window.resize(*size)
     window.show()
     try:
         error = wait_for_run(window)
-        missing = window.workspace.missing_checks
+        missing = window.workspace.missing_ticks
         if missing:
             raise HookscopeError(f"{name} has no module named {', '.join(map(repr, missing))}.")
         if error:
@@ -304,7 +318,7 @@ def run_gui(
     exit status."""
     if self_test:
         return run_self_test()
-    kinds = parse_ticks(ticks) if ticks else CHECK_KINDS
+    kinds = parse_ticks(ticks) if ticks else TICK_KINDS
     if screenshot:
         return take_screenshot(
             screenshot, image, model, weights, device, check, parse_size(size) if size else SCREENSHOT_SIZE, kinds
@@ -318,7 +332,7 @@ def run_gui(
         name = _check_model(model)
     except HookscopeError as error:
         name, problems = DEFAULT_MODEL, [str(error)]
-    window = MainWindow(name, weights, device, image, checks=check, check_kinds=kinds)
+    window = MainWindow(name, weights, device, image, ticks=check, tick_kinds=kinds)
     if image is not None and more_images:
         window.workspace.open_paths([image, *more_images])  # the first is shown, the rest wait in the list
     if size:

@@ -25,18 +25,19 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch  # noqa: F401  (torch before Qt: a known DLL clash on Windows otherwise)
 from PySide6.QtCore import QElapsedTimer, QPointF, QRectF, QTimer
 from PySide6.QtGui import QImage, QPainter
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from hookscope.core.engine.hooks import Record
 from hookscope.core.pictures.panels import PanelSettings, picture_of
 from hookscope.system.allocator import keep_freed_memory
 from hookscope.ui.app import Window, _close, _no_display, application, make_window, settle, wait_for_run
 from hookscope.ui.state.rendering import with_rendering
+from hookscope.ui.widgets.disposal import dispose
 from hookscope.ui.widgets.feature_map_panel import FeatureMapPanel
 from hookscope.ui.widgets.module_tree import ACTIVATIONS, GRADIENTS, TICK_KINDS
 
@@ -101,7 +102,7 @@ class PanelTargets:
     def __init__(self) -> None:
         self._images: dict[int, QImage] = {}
 
-    def image_for(self, view) -> QImage:
+    def image_for(self, view: QWidget) -> QImage:
         ratio = view.devicePixelRatioF()
         size = (round(view.width() * ratio), round(view.height() * ratio))
         image = self._images.get(id(view))
@@ -143,7 +144,7 @@ def waiting_in_view(window: Window) -> list:
     return [panel for panel in area.panels.values() if panel.ident in area.stale and area.in_view(panel, ahead=0)]
 
 
-def time_to_show(window: Window, move, timeout_s: float = 10.0) -> float:
+def time_to_show(window: Window, move: Callable[[], object], timeout_s: float = 10.0) -> float:
     """ms from ``move()`` (a scroll) until every panel in view shows its picture and has been painted."""
     start = time.perf_counter()
     move()
@@ -209,7 +210,7 @@ def compare_channel_counts() -> list[str]:
             f"update + paint (GUI) {statistics.median(times):6.2f} ms, hover {statistics.median(hovers):.3f} ms"
         )
         panel.close()
-        panel.deleteLater()
+        dispose(panel)
     lines.append(f"  2048 vs 64 channels, update + paint: {results[2048] / results[64]:.2f}x")
     return lines
 
@@ -218,13 +219,14 @@ def measured_window(model: str, device: str) -> tuple[Window, str | None]:
     """The window the benches measure (on the screen if there is one, else offscreen): ``model`` with random
     weights, nothing ticked, no dialogs, ``WINDOW_SIZE``, its first run done; and the run's error, if any."""
     application(offscreen=_no_display())
-    window = make_window(model, "none", device, None, checks=[], remember=False)
+    window = make_window(model, "none", device, None, ticks=[], remember=False)
     window.show_dialogs = False
     window.resize(*WINDOW_SIZE)
     window.show()
     return window, wait_for_run(window)
 
 
+# long because: a benchmark script: the measured steps in order, each printed as it goes
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hookscope.ui.bench_gui", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="resnet50")

@@ -167,6 +167,7 @@ def play(
     return True
 
 
+# long because: a benchmark script: the measured steps in order, each printed as it goes
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hookscope.ui.bench_live", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="resnet18")

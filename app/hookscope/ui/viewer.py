@@ -2,7 +2,7 @@
 
 ::
 
-    viewer = hookscope.Viewer(model, images=["cat.jpg"], check=["layer1", "layer4"])
+    viewer = hookscope.Viewer(model, images=["cat.jpg"], tick=["layer1", "layer4"])
     hookscope.run()          # a script: blocks until every viewer window is closed
     # IPython / Jupyter: Viewer() returns at once, the Qt event loop runs between cells
 
@@ -46,6 +46,7 @@ from hookscope.ui.qimages import qimage_array
 from hookscope.ui.state.requests import ImageSource
 from hookscope.ui.state.worker import CLOSE_WAIT_MS, model_pool
 from hookscope.ui.state.workspace import HeldStart, Workspace
+from hookscope.ui.widgets.disposal import dispose
 
 __all__ = ["Viewer", "run"]
 
@@ -61,8 +62,8 @@ class Viewer:
     """The Hookscope window on ``model``, an ``nn.Module`` you hold (the very object: nothing is copied).
 
     ``images``: files or PIL images (the first is shown; when it is a file, the files form the image list, stepped
-    with Page Up / Page Down); none: the bundled sample photograph. ``check``: the modules ticked first, names
-    (Act and Grad on each, as the window's ``--check``) or a mapping of names to the tree's words
+    with Page Up / Page Down); none: the bundled sample photograph. ``tick``: the modules ticked first, names
+    (Act and Grad on each, as the window's ``--tick``) or a mapping of names to the tree's words
     (``{"layer1": ["act", "grad"], "fc": ["in"]}``; the words are ``hookscope.HOOK_WORDS``); None: two telling
     layers. ``preprocess``: a ``hookscope.Preprocess`` or torchvision weights (their class names come along), None
     for ImageNet's statistics at the model's input size; ``categories``: the class names; ``device``: "cpu",
@@ -78,17 +79,21 @@ class Viewer:
         self,
         model: nn.Module,
         images: Sequence[str | os.PathLike | Image.Image] | str | os.PathLike | Image.Image = (),
-        check: Mapping[str, Words] | Iterable[str] | str | None = None,
+        tick: Mapping[str, Words] | Iterable[str] | str | None = None,
         *,
         preprocess: Preprocess | Any = None,
         categories: Sequence[str] | None = None,
         device: str = "cpu",
+        check: Mapping[str, Words] | Iterable[str] | str | None = None,
     ) -> None:
+        if check is not None:  # the name before one vocabulary ("tick", as the window and its --tick say)
+            _renamed("Viewer(check=...)", "Viewer(tick=...)")
+            tick = check if tick is None else tick
         loaded = held_model(model, preprocess=preprocess, categories=categories)
         self.model = loaded.module
         self.loaded: LoadedModel = loaded
         self._paths = [name for name, _ in loaded.module.named_modules()]
-        pairs = tuple(hook_pairs(check, self._paths, loaded)) if check is not None else None  # type: ignore[arg-type]
+        pairs = tuple(hook_pairs(tick, self._paths, loaded)) if tick is not None else None  # type: ignore[arg-type]
         if isinstance(images, (str, os.PathLike, Image.Image, torch.Tensor)):
             images = [images]
         sources = [image_source(image) for image in images]
@@ -129,7 +134,7 @@ class Viewer:
         return f"<hookscope.Viewer of {self.loaded.name}: {state}>"
 
     # ---- ticks ----------------------------------------------------------------------------------------------
-    def check(self, name: str, words: Words = DEFAULT_WORDS) -> None:
+    def tick(self, name: str, words: Words = DEFAULT_WORDS) -> None:
         """Tick module ``name`` in the tree's ``words`` columns (``act``, ``grad``, ``in``, ``grad_in``), as a click
         would: the hooks go on the model now, the tree and the panels follow, a run is asked for.
         ``HookscopeError`` for a name the model does not have or a word that is none."""
@@ -137,7 +142,7 @@ class Viewer:
         self._wait(lambda: self.workspace.registry is not None, "Loading the model")
         self.workspace.set_ticked(pairs, True)
 
-    def uncheck(self, name: str, words: Words | None = None) -> None:
+    def untick(self, name: str, words: Words | None = None) -> None:
         """Untick module ``name`` in ``words``' columns (None: every column); its hooks come off the model now."""
         if name not in self._paths:
             raise HookscopeError(f"The model has no module named '{name}'.", module_path=name)
@@ -147,7 +152,7 @@ class Viewer:
         self._wait(lambda: self.workspace.registry is not None, "Loading the model")
         self.workspace.set_ticked(pairs, False)
 
-    def checked(self) -> dict[str, list[str]]:
+    def ticked(self) -> dict[str, list[str]]:
         """The ticked modules and their columns, in the tree's words: ``{"layer1": ["act", "grad"]}``."""
         ticked = self.workspace.ticked_pairs()
         out: dict[str, list[str]] = {}
@@ -157,14 +162,27 @@ class Viewer:
                 out[path] = [WORD_OF_KIND.get(kind, kind) for kind in kinds]
         return out
 
+    # the names before one vocabulary ("tick" in code and in the window alike): still there, with a warning
+    def check(self, name: str, words: Words = DEFAULT_WORDS) -> None:
+        _renamed("Viewer.check", "Viewer.tick")
+        self.tick(name, words)
+
+    def uncheck(self, name: str, words: Words | None = None) -> None:
+        _renamed("Viewer.uncheck", "Viewer.untick")
+        self.untick(name, words)
+
+    def checked(self) -> dict[str, list[str]]:
+        _renamed("Viewer.checked", "Viewer.ticked")
+        return self.ticked()
+
     # ---- images ---------------------------------------------------------------------------------------------
     def open(self, image: str | os.PathLike | Image.Image) -> None:
         """Show ``image`` (a file, read now: ``ImageError`` names it; or a PIL image) through the ticked hooks; a file
         of the image list becomes the list's current one, as stepping to it would."""
         source = image_source(image)
         space = self.workspace
-        listed = space.queue.paths
-        if source.path in listed and listed.index(source.path) != space.queue.index:
+        listed = space.image_list
+        if source.path in listed and listed.index(source.path) != space.image_index:
             space.select_image(listed.index(source.path))
         else:
             space.request_image(source)
@@ -218,7 +236,7 @@ class Viewer:
         self._lent.give_back()
         window, self._window = self._window, None
         if window is not None:
-            window.deleteLater()  # with its workspace and registry: nothing of the window holds the model
+            dispose(window)  # with its workspace and registry: nothing of the window holds the model
         if self in _open:
             _open.remove(self)
         if not _open:
@@ -241,6 +259,10 @@ class Viewer:
                     raise HookscopeError(f"{what} did not finish within {timeout:.0f} s.")
                 return
             pump(20)
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(f"{old} is now {new}; the old name still works, for now.", FutureWarning, stacklevel=3)
 
 
 def run() -> None:

@@ -17,8 +17,9 @@ from itertools import permutations
 import torch
 from torch import nn
 
+from hookscope.core.common.vocabulary import HookKind
 from hookscope.core.engine.floor import bare_run, floor_hooks
-from hookscope.core.engine.hooks import HookKind, HookRegistry
+from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import survey
 

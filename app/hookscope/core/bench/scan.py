@@ -34,17 +34,12 @@ from hookscope.core.models.catalogue import load_model
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import READ_AHEAD, find_images, read_ahead
-from hookscope.core.scan.scanner import (
-    ChannelScanner,
-    ScanResult,
-    ScanSettings,
-    Unit,
-    chunk_boxes,
-    fit_batch,
-    read_units,
-    scan_images,
-    stacked,
-)
+from hookscope.core.scan.accumulators import Unit
+from hookscope.core.scan.boxes import chunk_boxes
+from hookscope.core.scan.channel_scanner import ChannelScanner
+from hookscope.core.scan.reading import fit_batch, read_units, stacked
+from hookscope.core.scan.results import ScanResult, ScanSettings
+from hookscope.core.scan.run import scan_images
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,18 @@ from hookscope.core.engine.missing_gradients import MissingGradient, missing_gra
 from hookscope.core.engine.objectives import (
     Detection,
     NoObjective,
-    Target,
     class_label,
     detection_objective,
     detections_list,
     detections_of,
     output_task,
-    parse_target,
     predicted_classes,
     segmentation_logits,
     segmentation_objective,
     similarity_objective,
 )
 from hookscope.core.engine.structure import tensor_leaves
+from hookscope.core.engine.target_words import Target, parse_target
 from hookscope.core.engine.tree import ModelSurvey, survey
 from hookscope.core.models.state_dicts import first_line
 

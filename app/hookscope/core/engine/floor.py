@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from hookscope.core.engine.hooks import HookKind, full_backward_obstacle
+from hookscope.core.common.vocabulary import HookKind
+from hookscope.core.engine.hooks import full_backward_obstacle
 from hookscope.core.engine.structure import tensor_leaves
 from hookscope.core.engine.tree import ModelSurvey
 
@@ -64,6 +65,8 @@ def floor_hooks(
         # Where a full backward hook would raise or never fire, a careful script uses tensor hooks, as Hookscope does.
         full_works = not full_backward_obstacle(run)
         for kind in kinds:
+            if kind == "attention":  # attention modules only; its cost is measured by core.bench.attention
+                continue
             if kind == "forward":
                 handles.append(module.register_forward_hook(keep_output(run.output_modified_later)))
             elif kind == "pre":

@@ -14,6 +14,9 @@ Kinds:
     grad_input ``register_full_backward_hook``: the gradient of the target with respect to the module's inputs
               (its ``grad_input``, which only this hook gives); where it cannot work, a ``Tensor.register_hook`` on
               each input tensor, registered from a forward pre-hook (the input tensor's whole gradient)
+    attention a forward pre-hook and a forward hook on an attention module, around a torch function mode that
+              computes its attention explicitly: the weights (batch, heads, queries, keys), also under fused
+              attention (``hookscope.core.engine.attention``); refused on a module whose weights cannot be read
 
 Each hook's decisions (copy or keep a reference, where the module's input comes from) are made once per survey of
 the model, not per call (``_Site``), so a hook costs about what a plain PyTorch hook keeping a reference costs.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,6 +41,7 @@ from torch.utils.hooks import RemovableHandle
 
 from hookscope.core.common.errors import HookscopeError, RunError
 from hookscope.core.common.vocabulary import KINDS, HookKind
+from hookscope.core.engine.attention import ATTENTION_METHOD, AttentionHooks, AttentionSupport, attention_modules
 from hookscope.core.engine.interventions import EditState, Intervention, check_channels, make_edit_hook
 from hookscope.core.engine.structure import tensor_leaves
 from hookscope.core.engine.tree import ModelSurvey, ModuleRun
@@ -229,7 +233,7 @@ class Recorder:
         if stale:
             raise StaleCapture(stale)
 
-    def grad_hook(self, site: _Site, call: int, leaf: str):
+    def grad_hook(self, site: _Site, call: int, leaf: str) -> Callable[[torch.Tensor | None], None]:
         def hook(grad: torch.Tensor | None) -> None:
             # None: the node that made this output ran for another of its outputs, and this one got no gradient (a
             # full backward hook joins all a module's outputs in one node: nn.MultiheadAttention's unused weights).
@@ -276,6 +280,7 @@ class HookRegistry:
         self._next_edit = 1
         self._next_order = 0
         self._edit_state = EditState()
+        self._attention: dict[str, AttentionSupport] | None = None  # the attention modules, found on first use
         # Edits change what the network does (a scaled input is a new tensor an in-place op then writes into), so
         # the survey's facts are re-checked on the next run after any edit is added, removed or switched.
         self.needs_survey = False
@@ -330,12 +335,38 @@ class HookRegistry:
         if kind not in KINDS:
             raise HookscopeError(f"Unknown hook kind '{kind}'; use one of: {', '.join(KINDS)}.", module_path=path)
         module = self.module(path)
+        if kind == "attention":
+            self._check_attention(path)
         with self._lock:
             if (path, kind) in self._live:
                 return self._live[(path, kind)].info
             live = self._register(path, kind, module)
             self._live[(path, kind)] = live
             return live.info
+
+    def attention_modules(self) -> dict[str, AttentionSupport]:
+        """The model's attention modules by path, each saying whether its weights can be captured (the Attn
+        column's boxes); empty for a model without attention."""
+        if self._attention is None:
+            self._attention = attention_modules(self.model)
+        return self._attention
+
+    def _check_attention(self, path: str) -> None:
+        support = self.attention_modules().get(path)
+        if support is None:
+            known = list(self.attention_modules())
+            where = (
+                f"its attention modules are {', '.join(known[:3])}{' ...' if len(known) > 3 else ''}"
+                if known
+                else "the model has none"
+            )
+            raise HookscopeError(
+                f"'{path}' ({type(self.module(path)).__name__}) is not an attention module; {where}.",
+                module_path=path,
+            )
+        if not support.capturable:
+            raise HookscopeError(f"The attention weights of '{path}' cannot be captured: {support.reason}.",
+                                 module_path=path)  # fmt: skip
 
     def remove(self, path: str, kind: HookKind) -> None:
         with self._lock:
@@ -530,6 +561,13 @@ class HookRegistry:
         site = _Site(path, kind, method)
         if self._survey is not None:
             site.learn(self._survey)
+        if kind == "attention":
+            hooks = self._attention_capture(site)
+            handles = [
+                module.register_forward_pre_hook(hooks.pre),
+                module.register_forward_hook(hooks.post, always_call=True),
+            ]
+            return _Live(HookInfo(path, kind, method, note), handles, site)
         if kind == "forward":
             handle = module.register_forward_hook(self._forward_capture(site))
         elif kind == "pre":
@@ -550,6 +588,8 @@ class HookRegistry:
             return PRE, ""
         if kind == "tensor":
             return TENSOR, ""
+        if kind == "attention":
+            return ATTENTION_METHOD, ""
         obstacle = self._full_backward_obstacle(path)
         if not obstacle:
             return FULL_BACKWARD, ""
@@ -564,7 +604,7 @@ class HookRegistry:
     def _full_backward_obstacle(self, path: str) -> str:
         return full_backward_obstacle(self._survey.run_of(path)) if self._survey is not None else ""
 
-    def _forward_capture(self, site: _Site):
+    def _forward_capture(self, site: _Site) -> Callable[[nn.Module, tuple, Any], None]:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             recorder = self._recorder
             if recorder is None:
@@ -578,7 +618,31 @@ class HookRegistry:
 
         return hook
 
-    def _pre_capture(self, site: _Site):
+    def _attention_capture(self, site: _Site) -> AttentionHooks:
+        """The hooks of an Attn tick: the weights the module's attention computed in each call, recorded as the
+        call's record (one leaf per attention where a module computes several), and, when the run takes a gradient,
+        the objective's gradient with respect to them (a tensor hook on the weights: leaf ``grad``, ``0/grad``...),
+        which gradient-weighted rollout needs."""
+
+        def record(kept: list[torch.Tensor]) -> None:
+            recorder = self._recorder
+            if recorder is None:
+                return
+            call = site.next_call(recorder.serial)
+            for index, weights in enumerate(kept):
+                leaf = "" if len(kept) == 1 else str(index)
+                recorder.keep(site, call, leaf, weights)
+                # nn.MultiheadAttention hands back a view of the weights it multiplied V with: the gradient reaches
+                # that tensor, not the view.
+                base = weights._base
+                used = base if base is not None and base.numel() == weights.numel() else weights
+                if torch.is_grad_enabled() and used.requires_grad:
+                    keep = recorder.grad_hook(site, call, f"{leaf}/grad" if leaf else "grad")
+                    used.register_hook(_reshaped(keep, weights.shape))
+
+        return AttentionHooks(lambda: self._recorder is not None, record)
+
+    def _pre_capture(self, site: _Site) -> Callable[[nn.Module, tuple, dict], None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             recorder = self._recorder
             if recorder is None:
@@ -595,7 +659,7 @@ class HookRegistry:
 
         return hook
 
-    def _grad_capture(self, site: _Site):
+    def _grad_capture(self, site: _Site) -> Callable[[nn.Module, tuple, Any], torch.Tensor | None]:
         """A forward hook that puts a tensor hook on each output tensor, so the gradient arrives there."""
 
         def hook(module: nn.Module, args: tuple, output: Any) -> torch.Tensor | None:
@@ -632,7 +696,7 @@ class HookRegistry:
 
         return hook
 
-    def _input_grad_capture(self, site: _Site):
+    def _input_grad_capture(self, site: _Site) -> Callable[[nn.Module, tuple], None]:
         """A forward pre-hook that puts a tensor hook on each input tensor: the ``grad_input`` fallback."""
 
         def hook(module: nn.Module, args: tuple) -> None:
@@ -649,7 +713,7 @@ class HookRegistry:
 
         return hook
 
-    def _full_backward_capture(self, site: _Site):
+    def _full_backward_capture(self, site: _Site) -> Callable[[nn.Module, tuple, tuple], None]:
         grad_input = site.kind == "grad_input"
 
         def hook(module: nn.Module, grads_in: tuple, grads_out: tuple) -> None:
@@ -723,6 +787,15 @@ class HookRegistry:
         return Recorder()
 
 
+def _reshaped(hook: Callable[[torch.Tensor | None], None], shape: torch.Size) -> Callable[[torch.Tensor | None], None]:
+    """``hook`` given the gradient in ``shape`` (a view's shape, the gradient arriving at its base)."""
+
+    def reshaped(grad: torch.Tensor | None) -> None:
+        hook(None if grad is None else grad.reshape(shape))
+
+    return reshaped
+
+
 # A module's hook dicts, the PyTorch method that fills each, and the kind a hook in it is listed as.
 HOOK_DICTS: dict[str, tuple[str, HookKind]] = {
     "_forward_pre_hooks": (PRE, "pre"),
@@ -774,7 +847,7 @@ def full_backward_obstacle(run: ModuleRun) -> str:
     return ""
 
 
-def _keep_output(kept: list[torch.Tensor]):
+def _keep_output(kept: list[torch.Tensor]) -> Callable[[nn.Module, tuple, Any], None]:
     """A forward hook that keeps a copy of each output (a later in-place op must not change it)."""
 
     def hook(module: nn.Module, args: tuple, output: Any) -> None:

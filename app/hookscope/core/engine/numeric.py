@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hookscope.core.common.vocabulary import word_of
 from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.structure import tensor_leaves
 
@@ -123,7 +124,9 @@ def count_non_finite(name: str, tensor: torch.Tensor) -> NonFinite | None:
         # numpy for a CPU tensor: a batch export checks its captures in its writer thread, where a torch reduction
         # would start a second OpenMP team and slow the model's own threads down (app/hookscope/core/outputs/batch.py says how much)
         values = data.resolve_conj().resolve_neg().numpy()
-        if np.isfinite(values.sum(dtype=np.float32) if values.dtype == np.float16 else values.sum()):
+        with np.errstate(invalid="ignore", over="ignore"):  # the sum is a probe: inf - inf or an overflow is its answer
+            total = values.sum(dtype=np.float32) if values.dtype == np.float16 else values.sum()
+        if np.isfinite(total):
             return None
         nan, inf = int(np.isnan(values).sum()), int(np.isinf(values).sum())
     else:
@@ -180,7 +183,7 @@ def numeric_report(module: nn.Module, result: RunResult, *, records: bool = True
     found_records = []
     if records:
         for record in result.records:
-            bad = count_non_finite(f"{record.key} ({record.kind})", record.tensor)
+            bad = count_non_finite(f"{record.key} ({word_of(record.kind)})", record.tensor)  # fc (act)
             if bad is not None:
                 found_records.append(bad)
     return NumericReport(

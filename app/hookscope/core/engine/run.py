@@ -15,9 +15,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from hookscope.core.engine.capture import RunResult, Target, capture_run
+from hookscope.core.engine.capture import RunResult, capture_run
 from hookscope.core.engine.hooks import HookRegistry
-from hookscope.core.engine.objectives import parse_target, with_reference
+from hookscope.core.engine.objectives import with_reference
+from hookscope.core.engine.target_words import Target, parse_target
 from hookscope.core.models.held import held_model
 from hookscope.core.models.images import read_image
 from hookscope.core.models.loaded import LoadedModel

@@ -34,8 +34,3 @@ def tensor_leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Ten
 
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
-
-
-def shapes_of(value: Any) -> list[tuple[int, ...]]:
-    """The shapes of every tensor leaf, in order."""
-    return [tuple(t.shape) for _, t in tensor_leaves(value)]

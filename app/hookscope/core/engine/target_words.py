@@ -74,18 +74,47 @@ def parse_target(target: object) -> Objective:
     if text == "top1":
         return Objective("top1")
     if text.lstrip("-").isdigit():
-        return Objective("class", index=int(text))
+        return Objective("class", index=_number(text, text))
     if found := _REGION.fullmatch(text):
-        x0, y0, x1, y1 = (int(v) for v in found.groups()[1:])
+        x0, y0, x1, y1 = (_number(v, text) for v in found.groups()[1:])
         if x1 <= x0 or y1 <= y0:
             raise RunError(f"The region of '{text}' is empty: x0,y0,x1,y1 need x0 < x1 and y0 < y1.")
-        return Objective("region", index=int(found.group(1)), region=(x0, y0, x1, y1))
+        return Objective("region", index=_number(found.group(1), text), region=(x0, y0, x1, y1))
     if found := _CLASS.fullmatch(text):
-        return Objective("class", index=int(found.group(1)))
+        return Objective("class", index=_number(found.group(1), text))
     if found := _BOX.fullmatch(text):
-        return Objective("box", index=int(found.group(1)))
+        return Objective("box", index=_number(found.group(1), text))
     if text.startswith("similar:") and text[len("similar:") :].strip():
         return Objective("similar", image=text[len("similar:") :].strip())
     if text.startswith("text:") and text[len("text:") :].strip():
         return Objective("text", text=text[len("text:") :].strip().strip("\"'"))
     raise RunError(f"The target '{text}' is not one of {FORMS}.")
+
+
+_MAX_DIGITS = 9  # no model has a billion classes, boxes or pixels; longer numbers are refused before int() reads them
+
+
+def _number(digits: str, text: str) -> int:
+    """A number of the target's text, refused in one line when it is too long to be a class, box or pixel (int()
+    itself would refuse past 4300 digits, in Python's words)."""
+    if len(digits.lstrip("-")) > _MAX_DIGITS:
+        shown = text if len(text) <= 40 else text[:30] + "…"
+        raise RunError(f"The target '{shown}' holds a number of {len(digits.lstrip('-'))} digits: no model has that "
+                       "many classes, boxes or pixels.")  # fmt: skip
+    return int(digits)
+
+
+def region_objective(index: int, region: tuple[int, int, int, int]) -> Objective:
+    """Class ``index``'s logits over ``region`` (x0, y0, x1, y1: a rectangle dragged on the input); ``RunError``
+    when the rectangle is empty, as ``class:C@x0,y0,x1,y1`` says."""
+    x0, y0, x1, y1 = region
+    if x1 <= x0 or y1 <= y0:
+        raise RunError(f"The region {region_text(region)} is empty: x0,y0,x1,y1 need x0 < x1 and y0 < y1.")
+    return Objective("region", index=index, region=(x0, y0, x1, y1))
+
+
+def target_value(target: Target) -> str | int:
+    """A target as JSON holds it (a session, a batch's fingerprint): a class index as a number, any other objective
+    in ``--target``'s words ("top1", "class:3@0,0,40,40", "box:2", "similar:IMAGE", "text:PROMPT")."""
+    objective = parse_target(target)
+    return objective.index if objective.kind == "class" and objective.index is not None else objective.spec

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -115,13 +116,13 @@ def survey(model: nn.Module, example: torch.Tensor) -> ModelSurvey:
     outputs: list[tuple[str, torch.Tensor, int]] = []
     pending_inputs: dict[str, list[list[tuple[torch.Tensor, int]]]] = {}
 
-    def pre_hook(path: str):
+    def pre_hook(path: str) -> Callable[[nn.Module, tuple], None]:
         def hook(module: nn.Module, args: tuple) -> None:
             pending_inputs.setdefault(path, []).append([(t, t._version) for _, t in tensor_leaves(args)])
 
         return hook
 
-    def post_hook(path: str):
+    def post_hook(path: str) -> Callable[[nn.Module, tuple, object], None]:
         def hook(module: nn.Module, args: tuple, output: object) -> None:
             calls[path] = calls.get(path, 0) + 1
             for tensor, version in pending_inputs[path].pop():
@@ -181,7 +182,7 @@ DEFAULT_CHECKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def default_checks(model_name: str, nodes: list[ModuleInfo]) -> list[str]:
+def default_ticks(model_name: str, nodes: list[ModuleInfo]) -> list[str]:
     """Two telling layers of any model: an early and a late one (convolutions, else transformer blocks)."""
     paths = {n.path for n in nodes}
     known = DEFAULT_CHECKS.get(model_name)

@@ -26,12 +26,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from hookscope.core.engine.capture import RunResult, Target
+from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.devices import resolve_device
 from hookscope.core.engine.floor import bare_run
 from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.objectives import with_reference
 from hookscope.core.engine.run import run_image
+from hookscope.core.engine.target_words import Target
 from hookscope.core.live.video import Frame, LatestFrame, VideoError, VideoRecorder, VideoSource
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.system.termination import Terminated
@@ -77,11 +78,6 @@ class LiveReport:
     def bare_phases(self) -> tuple[list[float], list[float]]:
         """``bare_ms`` split: the runs before the frames and those after them (empty when stopped before)."""
         return self.bare_ms[: self.bare_before], self.bare_ms[self.bare_before :]
-
-    @property
-    def hooked_fps(self) -> float:
-        """1 / the median hooked forward+backward: the hooks' cost without reading and preprocessing."""
-        return 1000.0 / statistics.median(self.hooked_ms) if self.hooked_ms else 0.0
 
     @property
     def ratio(self) -> float:
@@ -289,6 +285,8 @@ def _bare_phase(model: torch.nn.Module, x: torch.Tensor, runs: int) -> list[floa
     return times
 
 
+# long because: one try/finally owns the reader thread, the hooks and the memory readings of the loop inside it; split,
+# the cleanup would sit apart from what it cleans
 def live_run(
     loaded: LoadedModel,
     source: VideoSource,

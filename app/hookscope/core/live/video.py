@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import sys
 import threading
 import time
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.errors import HookscopeError, Remedy
 
 VIDEO_SUFFIXES: frozenset[str] = frozenset(
     {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv", ".3gp", ".ts"}
@@ -295,21 +296,28 @@ def list_cameras() -> list[CameraInfo]:
     return cameras
 
 
-def no_camera_line() -> str:
-    """The one line for a machine with no camera, saying where it looked."""
+def no_camera_error() -> VideoError:
+    """The error of a machine with no camera, saying where it looked; its remedy (a video file) each front end
+    words its own way."""
     if sys.platform.startswith("linux"):
         where = "no /dev/video* device answers" if _candidate_cameras() else "there is no /dev/video* device"
     else:
         where = f"none of the first {_CAMERA_PROBES} camera indices answers"
-    return f"No camera found: {where}. Open a video file instead (--video FILE)."
+    return VideoError(f"No camera found: {where}.", remedy=Remedy.VIDEO_INSTEAD)
+
+
+def no_camera_line() -> str:
+    """The one line for a machine with no camera, in plain words."""
+    return str(no_camera_error())
 
 
 def open_camera(index: int = 0) -> VideoSource:
     """Open camera ``index``; :class:`VideoError` with :func:`no_camera_line` when there is none, or naming the
     camera when that one cannot be opened."""
     if index not in _candidate_cameras():
-        raise VideoError(no_camera_line() if not list_cameras() else f"There is no camera {index}; "
-                         f"the cameras found: {', '.join(c.name for c in list_cameras())}.")  # fmt: skip
+        if not list_cameras():
+            raise no_camera_error()
+        raise VideoError(f"There is no camera {index}; the cameras found: {', '.join(c.name for c in list_cameras())}.")
     cv2 = _cv2()
     capture = cv2.VideoCapture(index, _camera_backend(cv2))
     if not capture.isOpened():
@@ -646,6 +654,40 @@ class LatestFrame:
         self.close()
 
 
+class RecordingFull(VideoError):
+    """The disk of a recording filled up: the recording stopped, and the file holds ``frames_kept`` pictures."""
+
+
+_ROOM_BYTES = 8 * 1024  # a disk with less free than two pages is full (a write that did not fit took the rest)
+
+
+def _free_bytes(folder: str) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 1 << 62  # cannot tell: the writes are trusted
+
+
+def _mount_of(folder: str) -> str:
+    here = os.path.abspath(folder)
+    while not os.path.ismount(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    return here
+
+
+def _frames_in(cv2: Any, path: str) -> int:
+    """How many pictures a file just written holds, decoded one by one (a file cut short by a full disk holds fewer
+    than were given to the writer, and its header may still announce them all)."""
+    capture = cv2.VideoCapture(path, cv2.CAP_FFMPEG)
+    count = 0
+    try:
+        while capture.isOpened() and capture.grab():
+            count += 1
+    finally:
+        capture.release()
+    return count
+
+
 class VideoRecorder:
     """Writes what was seen as a video file: one picture per source frame, so that it plays at the source's pace.
 
@@ -669,6 +711,9 @@ class VideoRecorder:
         self.path = os.fsdecode(path)
         self.fps = fps if fps > 0 else 25.0
         self.frames_written = 0
+        self.frames_kept: int | None = None  # read back from the file when its disk filled up (see ``close``)
+        self._folder = folder
+        self._full = False
         self._cv2 = _cv2()
         self._writer: Any = None
         self._size: tuple[int, int] | None = None
@@ -685,12 +730,30 @@ class VideoRecorder:
         self._last = (index, rgb)
 
     def close(self) -> None:
-        if self._last is not None:
-            self._write(self._last[1])
+        """Write the last picture and close the file (playable from then on). Raises :class:`RecordingFull` when
+        its disk filled up: how many pictures the file holds is read back from it (``frames_kept``)."""
+        try:
+            if self._last is not None and not self._full:
+                self._write(self._last[1])
+        except RecordingFull:
+            pass  # said below, with what was kept
+        finally:
             self._last = None
-        if self._writer is not None:
-            self._writer.release()
-            self._writer = None
+            if self._writer is not None:
+                self._writer.release()
+                self._writer = None
+        if self._full or (self.frames_written and _free_bytes(self._folder) < _ROOM_BYTES):
+            self.frames_kept = _frames_in(self._cv2, self.path)
+            if self.frames_kept < self.frames_written or self._full:
+                raise self._full_error()
+
+    def _full_error(self) -> RecordingFull:
+        kept = self.frames_kept if self.frames_kept is not None else 0
+        return RecordingFull(
+            f"Cannot record to '{_display(self.path)}': the disk {_mount_of(self._folder)} is full; {kept} of the "
+            f"{self.frames_written} pictures written ({kept / self.fps:.1f} s) are kept in it.",
+            path=self.path,
+        )
 
     def _write(self, rgb: np.ndarray) -> None:
         if self._writer is None:
@@ -706,8 +769,18 @@ class VideoRecorder:
         canvas = np.zeros((height, width, 3), np.uint8)
         h, w = min(height, rgb.shape[0]), min(width, rgb.shape[1])
         canvas[:h, :w] = rgb[:h, :w]
+        if self._full:
+            raise self._full_error()
         self._writer.write(self._cv2.cvtColor(canvas, self._cv2.COLOR_RGB2BGR))
         self.frames_written += 1
+        # OpenCV's writer says nothing when a write fails: the room left on the disk is checked after each picture,
+        # and a disk that has filled up stops the recording here (what the file holds is read back from it).
+        if _free_bytes(self._folder) < _ROOM_BYTES:
+            self._full = True
+            self._writer.release()
+            self._writer = None
+            self.frames_kept = _frames_in(self._cv2, self.path)
+            raise self._full_error()
 
     def __enter__(self) -> VideoRecorder:
         return self

@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from hookscope.core.common.errors import ModelError
+from hookscope.core.common.errors import ModelError, Remedy
 from hookscope.core.models.images import Preprocess
 from hookscope.core.models.loaded import HF_PREFIX, TIMM_PREFIX, LoadedModel
 from hookscope.core.models.state_dicts import first_line, load_state_dict_file
@@ -104,8 +104,9 @@ def check_model_name(name: str) -> None:
     names = catalogue()
     if name not in names:
         close = difflib.get_close_matches(name.lower(), names, n=5, cutoff=0.5)
-        hint = f"did you mean {', '.join(close)}?" if close else "'hookscope export --help' lists where to find names."
-        raise ModelError(f"Unknown model '{name}'; {hint}")
+        if not close:
+            raise ModelError(f"Unknown model '{name}'", remedy=Remedy.MODEL_NAMES)
+        raise ModelError(f"Unknown model '{name}'; did you mean {', '.join(close)}?")
 
 
 _check_name = check_model_name

@@ -28,7 +28,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from hookscope.core.common.errors import ModelError
+from hookscope.core.common.errors import ModelError, Remedy
 from hookscope.core.models.catalogue import check_model_name, load_model
 from hookscope.core.models.inputs import guess_preprocess
 from hookscope.core.models.loaded import LoadedModel
@@ -50,17 +50,13 @@ MODEL_FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", "
 _FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)$")
 # Checkpoint keys under which training scripts keep a whole model object.
 _MODULE_KEYS = ("model", "module", "net", "network", "model_ema", "ema")
-_REFUSE_POINTER = (
-    "open the model's Python code instead: a state_dict with --arch NAME, a model.py:build factory "
-    "(with --weights FILE), or a pickled nn.Module with --trust"
-)
 
 
 class TrustRequired(ModelError):
     """Opening the file would run code from it; the caller may ask the user and retry with ``trust=True``."""
 
     def __init__(self, message: str, path: str, objects: tuple[str, ...] = ()) -> None:
-        super().__init__(message, path=path)  # path: the file, or "model.py:build" for a Python factory
+        super().__init__(message, path=path, remedy=Remedy.TRUST)  # path: the file, or "model.py:build"
         self.objects = objects  # the Python objects a pickle would import ("" for a Python file)
 
 
@@ -68,7 +64,7 @@ class ArchitectureRequired(ModelError):
     """The file holds only weights (a state_dict): the caller must name the architecture they belong to."""
 
     def __init__(self, message: str, path: str, keys: int) -> None:
-        super().__init__(message, path=path)
+        super().__init__(message, path=path, remedy=Remedy.NAME_ARCHITECTURE)
         self.keys = keys
 
 
@@ -111,6 +107,7 @@ def file_kind(path: Path) -> str:
     return "torch" if pickled_globals(path) is not None else "unknown"
 
 
+# long because: one dispatch over the kinds of model file, a few lines each, read as a table of what each kind does
 def open_model_file(
     path: str | os.PathLike,
     arch: str | None = None,
@@ -143,19 +140,20 @@ def open_model_file(
         )
     if kind == "torchscript":
         raise ModelError(
-            f"'{file}' is a TorchScript file: its forward is compiled, so Python hooks on its modules would never "
-            f"fire; {_REFUSE_POINTER}.",
+            f"'{file}' is a TorchScript file: its forward is compiled, so Python hooks on its modules would never fire",
             path=str(file),
+            remedy=Remedy.MODEL_CODE,
         )
     if kind == "exported":
         raise ModelError(
             f"'{file}' is a torch.export program: a traced graph without the model's Python modules, so there is "
-            f"nothing for module hooks to attach to; {_REFUSE_POINTER}.",
+            "nothing for module hooks to attach to",
             path=str(file),
+            remedy=Remedy.MODEL_CODE,
         )
     if kind == "onnx":
         raise ModelError(
-            f"'{file}' is an ONNX file, which PyTorch cannot run with hooks; {_REFUSE_POINTER}.", path=str(file)
+            f"'{file}' is an ONNX file, which PyTorch cannot run with hooks", path=str(file), remedy=Remedy.MODEL_CODE
         )
     if kind == "safetensors":
         return _open_state_dict(file, read_state_dict(file), arch, strict, seed, weights)
@@ -179,7 +177,7 @@ def open_model_file(
         if not trust:
             raise TrustRequired(
                 f"'{file}' holds pickled Python objects ({some_of(shown) or 'unknown'}) and opening it would run "
-                "code from the file: pass --trust if you trust its author.",
+                "code from the file",
                 str(file),
                 tuple(shown),
             ) from None
@@ -201,13 +199,10 @@ def _open_state_dict(
     file: Path, state: Mapping[str, torch.Tensor], arch: str | None, strict: bool, seed: int, weights: object
 ) -> LoadedModel:
     if weights is not None:
-        raise ModelError(
-            f"'{file}' is itself a state_dict: open it with --arch NAME, without --weights.", path=str(file)
-        )
+        raise ModelError(f"'{file}' is itself a state_dict", path=str(file), remedy=Remedy.STATE_DICT_ALONE)
     if not arch:
         raise ArchitectureRequired(
-            f"'{file}' is a state_dict ({len(state)} tensors, no architecture): choose the architecture it "
-            "belongs to (--arch NAME, e.g. --arch resnet18).",
+            f"'{file}' is a state_dict ({len(state)} tensors, no architecture)",
             str(file),
             len(state),
         )
@@ -228,9 +223,9 @@ def _trusted_load(file: Path) -> object:
         return torch.load(file, map_location="cpu", weights_only=False)
     except ModuleNotFoundError as error:
         raise ModelError(
-            f"'{file}' needs the Python module '{error.name}', which is not installed here: install it, or open the "
-            "model's state_dict with --arch NAME or a model.py:build factory.",
+            f"'{file}' needs the Python module '{error.name}', which is not installed here",
             path=str(file),
+            remedy=Remedy.INSTALL_OR_STATE_DICT,
         ) from error
     except SystemExit as error:  # code in the pickle called sys.exit(): not an exit of Hookscope
         raise ModelError(f"Unpickling '{file}' raised SystemExit({error.code!r}).", path=str(file)) from error
@@ -242,8 +237,9 @@ def _trusted_load(file: Path) -> object:
                 module = "__main__"
             raise ModelError(
                 f"'{file}' needs the class {cls} from {module} (the script that saved it), which cannot be imported "
-                "here: open the state_dict with a factory instead (--model-file model.py:build --weights FILE).",
+                "here",
                 path=str(file),
+                remedy=Remedy.FACTORY,
             ) from error
         raise ModelError(f"'{file}' could not be unpickled ({first_line(error)}).", path=str(file)) from error
     except Exception as error:
@@ -278,7 +274,8 @@ def unwrap_module(module: nn.Module) -> tuple[nn.Module, list[str]]:
     if isinstance(module, torch.jit.ScriptModule):
         raise ModelError(
             "The model is a TorchScript module: its forward is compiled, so Python hooks on its modules would "
-            f"never fire; {_REFUSE_POINTER}."
+            "never fire",
+            remedy=Remedy.MODEL_CODE,
         )
     return module, notes
 
@@ -307,7 +304,7 @@ def _from_module(
             "so that hooks fire on its submodules."
         )
     if arch:
-        notices.append(f"The file holds a whole model, so --arch {arch} was not needed and is ignored.")
+        notices.append(f"The file holds a whole model, so its architecture ({arch}) was not needed and is ignored.")
     weights_text = model_file if source == "pickle" else "none"
     if weights is not None:
         fit = load_state_dict_file(module, Path(weights), name, strict=strict)
@@ -339,7 +336,7 @@ def _open_python(
         raise ModelError(f"Python file '{file}' does not exist.", path=str(file))
     if not trust:
         raise TrustRequired(
-            f"Opening {spec_text} runs the Python code in '{file}': pass --trust if you trust its author.",
+            f"Opening {spec_text} runs the Python code in '{file}'",
             spec_text,
         )
     module_name = f"hookscope_model_{abs(hash(str(file.resolve())))}"

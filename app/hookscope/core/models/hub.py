@@ -11,8 +11,9 @@ rescale, resampling), mapped onto :class:`~hookscope.core.models.images.Preproce
 
 Downloads go into the usual Hub cache (``HF_HOME``/``HF_HUB_CACHE``, the layout ``huggingface_hub`` reads and
 writes), through ``huggingface_hub``'s own client (``HF_ENDPOINT``, tokens, proxies as it handles them). Each file
-streams into ``blobs/<etag>.incomplete`` with progress and cancel between chunks; a cancelled or cut download keeps
-that file and the next call resumes it with a ``Range`` request. A finished file is checked against the Hub's
+streams into ``blobs/<etag>.incomplete`` with progress and cancel between reads, every byte written as it comes; a
+connection cut after new bytes is resumed at once, and a cancelled or stalled download (no data for its timeout: one
+error) keeps that file, which the next call resumes with a ``Range`` request. A finished file is checked against the Hub's
 checksum (the SHA-256 of an LFS file, the git blob SHA-1 of a small one) before it becomes the blob, then
 ``hf_hub_download`` links it into the snapshot as usual. When the Hub cannot be reached, a repo already in the cache
 opens from there. Every failure is one sentence (:class:`HubError`).
@@ -31,17 +32,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookscope.core.common.errors import ModelError
+from hookscope.core.common.errors import ModelError, Remedy
 from hookscope.core.models.images import Preprocess
 
 HF_PREFIX = "hf:"
+CUT_RESUMES = 5  # a connection cut after new bytes came is resumed at once this many times (a stall is not)
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 # Besides the weights, the files a model needs: its config, its image processor's, its tokenizer's.
 _SMALL_FILES = re.compile(r"[^/]*\.(json|txt|model)")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
-CHUNK_BYTES = 64 * 1024  # what a download writes (and checks for cancel) at a time
 
 ProgressCallback = Callable[[int, "int | None", float], None]
 CancelCheck = Callable[[], bool]
@@ -135,26 +136,6 @@ def _wanted_files(files: list[str], with_weights: bool) -> list[str]:
     return chosen
 
 
-class _Bar:
-    """What ``huggingface_hub``'s ``http_get`` takes as its ``tqdm_class``: bytes go to ``progress`` (summed over
-    the repo's files), and ``cancelled`` is polled between chunks (cancel raises there, the partial file stays)."""
-
-    def __init__(self, fetch: _Fetch, **_: Any) -> None:
-        self.fetch = fetch
-
-    def __enter__(self) -> _Bar:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        pass
-
-    def update(self, count: float = 1) -> None:
-        self.fetch.advance(int(count))
-
-    def close(self) -> None:
-        pass
-
-
 class _Fetch:
     def __init__(self, label: str, total: int | None, progress: ProgressCallback | None,
                  cancelled: CancelCheck | None) -> None:  # fmt: skip
@@ -183,8 +164,12 @@ class _Fetch:
             self.progress(self.done, self.total, self.done / max(now - self.start, 1e-6))
         self.check()
 
-    def bar_class(self) -> Any:  # stands in for huggingface_hub's tqdm class
-        return lambda **kwargs: _Bar(self, **kwargs)
+    def report(self) -> None:
+        """Say how far it got now, not at the next read (there may be none: a stall, a cancel)."""
+        if self.progress is not None:
+            now = self._clock()
+            self._last = now
+            self.progress(self.done, self.total, self.done / max(now - self.start, 1e-6))
 
 
 def _network_error(error: BaseException) -> bool:
@@ -331,7 +316,7 @@ def _download_files(repo: str, shown: str, commit: str, names: list[str], endpoi
         lock.parent.mkdir(parents=True, exist_ok=True)
         with WeakFileLock(str(lock)):
             if not (storage / "blobs" / meta.etag).is_file():  # not brought meanwhile by whoever held the lock
-                _download_blob(storage, shown, name, meta, build_hf_headers(), fetch)
+                _download_blob(storage, shown, name, meta, build_hf_headers(), fetch, timeout)
     for name, _meta in todo:  # the blobs are there: huggingface_hub links them into the snapshot as it always does
         fetch.check()
         try:
@@ -343,11 +328,12 @@ def _download_files(repo: str, shown: str, commit: str, names: list[str], endpoi
             ) from error
 
 
-def _download_blob(storage: Path, shown: str, name: str, meta: Any, headers: dict, fetch: _Fetch) -> None:
-    """Stream one file into ``blobs/<etag>.incomplete`` from where an earlier try stopped, verify it, move it."""
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import http_get
+def _download_blob(storage: Path, shown: str, name: str, meta: Any, headers: dict, fetch: _Fetch,
+                   timeout: float = 30.0) -> None:  # fmt: skip
+    """Stream one file into ``blobs/<etag>.incomplete`` from where an earlier try stopped, verify it, move it.
 
+    One try (``_stream``), ``timeout`` seconds without data ending it, and the caller's one error line says so;
+    what came is kept for the next try."""
     from hookscope.core.common.errors import DownloadCancelled, WeightsDownloadError
 
     blobs = storage / "blobs"
@@ -358,14 +344,24 @@ def _download_blob(storage: Path, shown: str, name: str, meta: Any, headers: dic
     if meta.size is not None and have > meta.size:  # not a prefix of this file: start again
         partial.unlink()
         have = 0
-    # huggingface_hub reads in 10 MB chunks: cancel would wait for one, and a cut would lose up to one
-    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
     fetch.advance(0)
     fetch.done += have  # what an earlier try brought counts as done
     try:
-        with open(partial, "ab") as out:
-            http_get(meta.location, out, resume_size=have, headers=headers, expected_size=meta.size,
-                     displayed_filename=name, tqdm_class=fetch.bar_class())  # fmt: skip
+        with open(partial, "ab", buffering=0) as out:
+            for cut in range(CUT_RESUMES + 1):
+                try:
+                    _stream(meta.location, out, have, headers, fetch, timeout)
+                    break
+                except DownloadCancelled:
+                    raise
+                except Exception as error:  # noqa: BLE001 - a cut that brought bytes is resumed at once; not a stall
+                    grew, have = os.fstat(out.fileno()).st_size > have, os.fstat(out.fileno()).st_size
+                    if _stalled(error) or not grew or cut == CUT_RESUMES:
+                        raise
+                finally:
+                    fetch.report()  # the bar shows what came, however the try ended (a stall shows no more reads)
+        if meta.size is not None and partial.stat().st_size < meta.size:  # the answer ended early, with no error
+            raise OSError(f"{partial.stat().st_size} of {meta.size} bytes came")
     except DownloadCancelled:
         raise
     except Exception as error:  # noqa: BLE001 - the partial file stays: the next try resumes it
@@ -377,6 +373,31 @@ def _download_blob(storage: Path, shown: str, name: str, meta: Any, headers: dic
         raise WeightsDownloadError(f"{name} of {shown} does not match the Hub's checksum (expected {expected[:12]}…, "
                                    f"got {actual[:12]}…), so it was discarded: download it again.")  # fmt: skip
     os.replace(partial, blob)
+
+
+def _stalled(error: BaseException) -> bool:
+    """Whether a download ended because no data came for its timeout (httpx's ReadTimeout and the like)."""
+    return any("Timeout" in kind.__name__ for kind in type(error).__mro__)
+
+
+def _stream(url: str, out: Any, have: int, headers: dict, fetch: _Fetch, timeout: float) -> None:
+    """One GET of ``url`` from byte ``have`` on, each read written to ``out`` as it comes, then counted (a cancel
+    raised by the count finds it written). One try, ``timeout`` seconds without data ending it: huggingface_hub's
+    ``http_get`` would retry a stall five more times, printing "timed out" and "Trying to resume download..." each
+    time, and hands over 64 kB chunks, losing the part of one that had come when the stall or a Ctrl-C came."""
+    from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff
+
+    asked = {**headers, "Range": f"bytes={have}-"} if have else dict(headers)
+    with http_stream_backoff("GET", url, headers=asked, timeout=timeout, max_retries=0, retry_on_exceptions=(),
+                             retry_on_status_codes=()) as response:  # fmt: skip
+        hf_raise_for_status(response)
+        if have and response.status_code == 200:  # the server sent the whole file: it starts again
+            out.seek(0)
+            out.truncate()
+            fetch.done -= have
+        for chunk in response.iter_bytes():  # each read as it arrives
+            out.write(chunk)
+            fetch.advance(len(chunk))
 
 
 def _checksum(path: Path, etag: str) -> tuple[str, str]:
@@ -571,7 +592,9 @@ def load_hub_model(
 
     check_hub_name(name)
     if weights not in ("default", "none"):
-        raise HubError(f"A model from the Hugging Face Hub takes --weights default or none, not a file ('{weights}').")
+        raise HubError(
+            f"A model from the Hugging Face Hub takes no weights file ('{weights}')", remedy=Remedy.HUB_WEIGHTS
+        )
     snapshot, offline = _fetch(name, weights, progress, cancelled, 30.0, None, _image_model_vet(name))
     _image_model_vet(name)(snapshot)  # also when it came from the cache, offline
     config = _config(name, snapshot)

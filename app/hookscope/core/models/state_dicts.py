@@ -18,7 +18,7 @@ from typing import IO
 import torch
 from torch import nn
 
-from hookscope.core.common.errors import ModelError
+from hookscope.core.common.errors import ModelError, Remedy
 
 
 def first_line(error: BaseException) -> str:
@@ -76,7 +76,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     try:
         data = load_weights_only(path)
     except Exception as error:
-        raise ModelError(weights_refusal(path, error), path=str(path)) from error
+        raise weights_refusal(path, error) from error
     return state_dict_from(data, path)
 
 
@@ -255,8 +255,8 @@ def load_weights_only(path: str | os.PathLike) -> object:
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def weights_refusal(path: str | os.PathLike, error: BaseException) -> str:
-    """Why a file given as weights (``--weights FILE``) was not loaded, in our words.
+def weights_refusal(path: str | os.PathLike, error: BaseException) -> ModelError:
+    """Why a file given as weights was not loaded, in our words.
 
     PyTorch's own message advises re-running ``torch.load`` with ``weights_only=False``; that is exactly what must
     not be done with a file from someone else, so it is never quoted. The explicit way to run a file's code is to
@@ -265,12 +265,15 @@ def weights_refusal(path: str | os.PathLike, error: BaseException) -> str:
     objects = pickled_globals(Path(path))
     shown = interesting_globals(objects or [])
     if shown:
-        return (
+        return ModelError(
             f"'{path}' is not a plain weights file: it holds pickled Python objects ({some_of(shown)}), and loading it "
-            "would run code from the file, so it was not loaded. If you trust its author, open it as a model "
-            "instead (--model-file PATH --trust)."
+            "would run code from the file, so it was not loaded",
+            path=str(path),
+            remedy=Remedy.OPEN_AS_MODEL,
         )
     reason = ANSI_ESCAPE.sub("", first_line(error))
     if "weights_only" in reason or "Weights only load failed" in reason:
         reason = "PyTorch's safe loader cannot read it"
-    return f"'{path}' is not a weights file that can be loaded safely ({reason.rstrip('.')})."
+    return ModelError(
+        f"'{path}' is not a weights file that can be loaded safely ({reason.rstrip('.')}).", path=str(path)
+    )

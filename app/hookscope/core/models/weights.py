@@ -31,8 +31,8 @@ import torch
 import torchvision
 
 from hookscope.core.common.errors import DownloadCancelled, ModelError, WeightsDownloadError
-from hookscope.core.models.catalogue import check_model_name, default_weights_file, load_model
-from hookscope.core.models.loaded import HF_PREFIX, TIMM_PREFIX, LoadedModel
+from hookscope.core.models.catalogue import check_model_name, default_weights_file
+from hookscope.core.models.loaded import HF_PREFIX, TIMM_PREFIX
 
 WEIGHTS_URL_ENV = "HOOKSCOPE_WEIGHTS_URL"  # replaces the part of the address before the file name (mirrors)
 CHUNK_BYTES = 64 * 1024
@@ -59,7 +59,7 @@ def checkpoints_dir() -> Path:
 def _default_url(name: str) -> str:
     if name.startswith(HF_PREFIX):
         raise ModelError(f"'{name}' is a model from the Hugging Face Hub: its files come with "
-                         f"hookscope.core.models.hub.fetch_model (hookscope download --model {name}).")  # fmt: skip
+                         "hookscope.core.models.hub.fetch_model, not with torchvision's download.")  # fmt: skip
     if name.startswith(TIMM_PREFIX):
         raise ModelError(
             f"'{name}' is a timm model: Hookscope downloads torchvision's weights only; "
@@ -210,6 +210,8 @@ def download_to_cache(
     return folder / filename
 
 
+# long because: one HTTP response from the request to the last chunk: its error wording, resume check, rate floor and
+# progress share the response's state
 def _stream(
     url: str,
     out: BinaryIO,
@@ -397,40 +399,3 @@ def _printable(text: str, limit: int = 40) -> str:
 
 def _mb(count: int) -> str:
     return f"{count / 1e6:.1f} MB"
-
-
-def load_model_downloading(
-    name: str,
-    seed: int = 0,
-    progress: ProgressCallback | None = None,
-    cancelled: CancelCheck | None = None,
-    timeout: float = 30.0,
-) -> LoadedModel:
-    """``name`` with its default pretrained weights, downloading them first when they are not cached.
-
-    When the download fails or is cancelled, the untrained model (random weights, ``seed``) comes back with the
-    reason as its notice, so the caller always gets a model to show. ``hf:ORG/NAME`` and ``timm/NAME`` come from
-    the Hugging Face Hub (:mod:`hookscope.core.models.hub`); a model from the Hub that cannot be fetched is an error.
-    """
-    if name.startswith(HF_PREFIX):
-        from hookscope.core.models.hub import load_hub_model
-
-        return load_hub_model(name, "default", seed, progress, cancelled)
-    if name.startswith(TIMM_PREFIX):
-        from hookscope.core.models.hub import HubError, fetch_timm_weights
-
-        try:
-            if not is_cached(name):
-                fetch_timm_weights(name[len(TIMM_PREFIX) :], progress, cancelled, timeout)
-        except (WeightsDownloadError, HubError) as error:
-            loaded = load_model(name, "none", seed)
-            loaded.notice = f"{str(error).rstrip('.')}; showing an untrained {name} with random weights (seed {seed})."
-            return loaded
-        return load_model(name, "default", seed)
-    try:
-        download_weights(name, progress, cancelled, timeout)
-    except WeightsDownloadError as error:
-        loaded = load_model(name, "none", seed)
-        loaded.notice = f"{str(error).rstrip('.')}; showing an untrained {name} with random weights (seed {seed})."
-        return loaded
-    return load_model(name, "default", seed)

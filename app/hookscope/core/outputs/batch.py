@@ -43,9 +43,10 @@ import torch
 from PIL import Image
 
 from hookscope.core.common.errors import HookscopeError, ImageError
-from hookscope.core.engine.capture import RunResult, Target
+from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.hooks import HookRegistry
 from hookscope.core.engine.run import run_image
+from hookscope.core.engine.target_words import Target, target_value
 from hookscope.core.engine.tree import ModuleInfo, module_tree
 from hookscope.core.models.images import IMAGE_SUFFIXES, read_image
 from hookscope.core.models.loaded import LoadedModel
@@ -101,12 +102,17 @@ class BatchReport:
 
 
 def find_images(
-    folder: str | os.PathLike, recursive: bool = False, exclude: str | os.PathLike | None = None
+    folder: str | os.PathLike,
+    recursive: bool = False,
+    exclude: str | os.PathLike | None = None,
+    unreadable: list[tuple[Path, str]] | None = None,
 ) -> list[Path]:
     """Image files (by suffix, any case) in ``folder``, sorted by relative path.
 
     Left out: hidden files and folders, ``exclude`` (the batch's own output folder, when it lies inside) and any
-    folder Hookscope wrote (it holds one of OUTPUT_MARKERS), so outputs are never read back as input.
+    folder Hookscope wrote (it holds one of OUTPUT_MARKERS), so outputs are never read back as input. A folder
+    that cannot be read (``chmod 000``) is left out too, as an image that cannot be read is skipped: ``unreadable``,
+    when given, receives (folder, one-line reason) for each.
     """
     root = Path(folder)
     if not root.is_dir():
@@ -115,15 +121,24 @@ def find_images(
         )
     skip = os.path.abspath(exclude) if exclude is not None else None
 
+    def cannot_read(error: OSError, directory: Path | None = None) -> None:
+        if unreadable is not None:
+            where = directory if directory is not None else Path(error.filename or root)
+            unreadable.append((where, f"Cannot read the folder '{where}': {error.strerror or error}."))
+
     def wanted(directory: Path) -> bool:
         if directory.name.startswith(".") or os.path.abspath(directory) == skip:
             return False
-        return not any((directory / marker).exists() for marker in OUTPUT_MARKERS)
+        try:
+            return not any((directory / marker).exists() for marker in OUTPUT_MARKERS)
+        except OSError as error:  # not searchable: its markers cannot even be looked for
+            cannot_read(error, directory)
+            return False
 
     found: list[Path] = []
-    for current, dirs, files in os.walk(root):
+    for current, dirs, files in os.walk(root, onerror=cannot_read):  # onerror: a folder that cannot be listed
         here = Path(current)
-        dirs[:] = sorted(d for d in dirs if wanted(here / d))
+        dirs[:] = sorted(d for d in dirs if wanted(here / d)) if recursive else []
         found += [here / f for f in files if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
         if not recursive:
             break
@@ -165,7 +180,7 @@ def _fingerprint(loaded: LoadedModel, registry: HookRegistry, target: Target, ki
         "hooks": sorted([info.path, info.kind] for info in registry.handles()),
         "edits": [edit.spec for edit in registry.enabled_edits()],
         "kinds": list(kinds),
-        "target": target,
+        "target": target_value(target),
         "png": png,
     }
 
@@ -180,7 +195,7 @@ def read_ahead(
     """``(item, future of read(item))`` in order, with ``depth`` reads running ahead in one thread while the caller
     works on the current one. A read's error comes out of its future, so the caller decides what it skips. Use it
     inside ``contextlib.closing`` (or ``close()`` it): stopping early then cancels the reads not started and waits
-    for the running one. Batch export and the dataset scan (``hookscope.core.scan.scanner``) both read this way."""
+    for the running one. Batch export and the dataset scan (``hookscope.core.scan.backends``) both read this way."""
     reader = ThreadPoolExecutor(1, thread_name_prefix=name)
     reads: deque[tuple[Item, Future[Read]]] = deque()
     queue = iter(items)
@@ -327,6 +342,8 @@ def _read_input(path: Path, loaded: LoadedModel) -> Image.Image:
     return loaded.preprocess.fitted(read_image(path))
 
 
+# long because: the read-ahead, the runs and the drop-behind writer are one pipeline whose try/finally shuts both
+# threads down; its closures share the resume state
 def run_batch(
     loaded: LoadedModel,
     registry: HookRegistry,

@@ -27,24 +27,24 @@ from torch import nn
 
 from hookscope.core.common.errors import HookscopeError, ImageError
 from hookscope.core.common.resources import apply_colormap
-from hookscope.core.common.vocabulary import HOOK_WORDS, WORD_OF_KIND, HookKind, kinds_of_words
+from hookscope.core.common.vocabulary import HOOK_WORDS, WORD_OF_KIND, HookKind, kinds_of_words, title_of
 from hookscope.core.engine.capture import Prediction, RunResult
 from hookscope.core.engine.devices import resolve_device
 from hookscope.core.engine.hooks import HookRegistry, Record
 from hookscope.core.engine.lending import lent
-from hookscope.core.engine.objectives import Target
 from hookscope.core.engine.run import run_image
-from hookscope.core.engine.tree import ModelSurvey, default_checks, module_tree
+from hookscope.core.engine.target_words import Target
+from hookscope.core.engine.tree import ModelSurvey, default_ticks, module_tree
 from hookscope.core.models.held import held_model
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.export import picture_image, record_picture, write_run
+from hookscope.core.pictures.attention import rollout_maps
 
 __all__ = ["Capture", "CapturedRecord", "capture"]
 
 DEFAULT_WORDS = ("act", "grad")  # what the window ticks on a module by default: Act and Grad
 PICTURE_WIDTH = (256, 768)  # an inline picture is enlarged (whole pixels) to at least the first, at most the second
-_TITLES = {"act": "Activations", "in": "Inputs", "grad": "Output gradients", "grad_in": "Input gradients"}
 
 Hooks = Mapping[str, "str | Iterable[str]"] | Iterable[str]
 
@@ -68,7 +68,7 @@ class CapturedRecord:
     @property
     def title(self) -> str:
         """``layer1: Activations (1, 64, 56, 56)``: what the window's panel header says."""
-        return f"{self.name}: {_TITLES.get(self.word, self.word)} {tuple(self.tensor.shape)}"
+        return f"{self.name}: {title_of(self._record.kind)} {tuple(self.tensor.shape)}"
 
     def picture(self) -> np.ndarray:
         """The mosaic as uint8 RGB (H, W, 3), one pixel per value, as ``hookscope export`` writes its PNGs."""
@@ -123,6 +123,19 @@ class Capture:
         """``grad_in``: the objective's gradient with respect to each module's input (a full backward hook's
         ``grad_input``; a tensor hook on the input where an in-place op rules that hook out)."""
         return self._of("grad_input")
+
+    @cached_property
+    def attention(self) -> dict[str, torch.Tensor]:
+        """``attn``: each attention module's weights (batch, heads, queries, keys), computed as eager attention
+        computes them also where the model runs fused attention; ``name/grad`` is the objective's gradient with
+        respect to them."""
+        return self._of("attention")
+
+    def attention_rollout(self, head_fusion: str = "mean", discard: float = 0.0) -> dict[str, np.ndarray]:
+        """The class token's attention rollout over the patch grid (``rollout``) and its gradient-weighted form
+        (``gradient_rollout``), (rows, columns) of patches scaled to a maximum of 1, from the ``attn`` records of
+        every layer (``hookscope.core.pictures.attention``); empty without them."""
+        return rollout_maps(self.result, head_fusion, discard)
 
     @cached_property
     def records(self) -> list[CapturedRecord]:
@@ -218,7 +231,7 @@ def hook_pairs(hooks: Hooks | None, paths: Sequence[str], model: LoadedModel) ->
     or one word as a string), names alone (Act and Grad on each), or None: the window's first ticks, two telling
     layers with Act and Grad. ``HookscopeError`` for a name the model does not have or a word that is none."""
     if hooks is None:
-        hooks = default_checks(model.name, module_tree(model.module))
+        hooks = default_ticks(model.name, module_tree(model.module))
     items = (
         [(name, [words] if isinstance(words, str) else list(words)) for name, words in hooks.items()]
         if isinstance(hooks, Mapping)

@@ -20,23 +20,21 @@ import numpy as np
 from PIL import Image
 
 from hookscope.core.common.resources import apply_colormap
+from hookscope.core.common.vocabulary import KINDS, TERMS_OF_KIND, kind_of, word_of
 from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.hooks import GRADIENT_KINDS, Record
 from hookscope.core.engine.numeric import numeric_report
 from hookscope.core.engine.tree import ModuleInfo, module_tree
 from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.drop_behind import DropBehind
+from hookscope.core.pictures.attention import rollout_maps
 from hookscope.core.pictures.compare import prediction_changes
 from hookscope.core.pictures.views import ChannelData, as_channels, grad_magnitude, mosaic
 
-# One archive per hook kind; a key is the record's key (path, "#k" for later calls, "/leaf" for leaves).
-ARCHIVES = {
-    "forward": "activations.npz",
-    "pre": "inputs.npz",
-    "backward": "gradients.npz",
-    "tensor": "tensor_gradients.npz",
-    "grad_input": "input_gradients.npz",
-}
+# One archive per hook kind, named by the vocabulary (gradients.npz for grad); a key is the record's key (path, "#k"
+# for later calls, "/leaf" for leaves). An attention archive holds (batch, heads, queries, keys) per module.
+ARCHIVES: dict[str, str] = {kind: TERMS_OF_KIND[kind].archive for kind in KINDS}
+ROLLOUT_ARCHIVE = "attention_rollout.npz"  # with attention: "rollout" and "gradient_rollout", (rows, cols) of patches
 
 
 def record_picture(record: Record, check_finite: bool = True) -> ChannelData:
@@ -62,6 +60,18 @@ def write_png(image: np.ndarray, path: Path, colormap: str = "viridis") -> None:
 
 def file_stem(key: str) -> str:
     return key.replace("/", "__")
+
+
+def archives_of(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Which archive of an export folder holds which kind, from its manifest: one written now (keyed by the
+    vocabulary's words) or before one vocabulary (keyed by the kinds, ``backward`` in ``gradients.npz``)."""
+    archives = manifest.get("archives", {})
+    return {kind: str(name) for key, name in archives.items() if (kind := kind_of(key)) is not None}
+
+
+def picture_folder(kind: str) -> str:
+    """Where an export puts a kind's PNG mosaics, beside its archive: ``png/gradients`` for ``gradients.npz``."""
+    return f"png/{ARCHIVES[kind].removesuffix('.npz')}"
 
 
 def save_npz(path: Path | BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
@@ -150,7 +160,7 @@ def _write_files(
     out.mkdir(parents=True, exist_ok=True)
     pictures = [(kind, record) for kind in kinds for record in result.of_kind(kind)] if png else []
     for kind in dict.fromkeys(kind for kind, _ in pictures):  # a blocked folder fails now, before any file is written
-        (out / "png" / kind).mkdir(parents=True, exist_ok=True)
+        (out / picture_folder(kind)).mkdir(parents=True, exist_ok=True)
     # contiguous first: an input straight from PIL is channels-last in memory, and np.save writes such an array
     # element by element (10x slower). input.npy is written first: it marks the folder as an output (batch.py).
     save_array(files, out / "input.npy", np.ascontiguousarray(result.input.numpy()))
@@ -172,8 +182,8 @@ def _write_files(
         else:
             done = len(writes)  # the helper's: counted as they are handed over (this thread does not see them end)
         for kind, record in pictures:
-            _write_picture(record, out / "png" / kind, colormap, scaling)
-            tell(f"png/{kind}/{file_stem(record.key)}.png")
+            _write_picture(record, out / picture_folder(kind), colormap, scaling)
+            tell(f"{picture_folder(kind)}/{file_stem(record.key)}.png")
         manifest = describe()
         text = json.dumps(manifest, indent=2)
         for future, save in reversed(handed):  # what the helper has not started yet, this thread writes itself
@@ -206,6 +216,10 @@ def _array_files(result: RunResult, out: Path, kinds: tuple[str, ...], files: Dr
     for kind in kinds:
         arrays = {r.key: r.tensor.numpy() for r in result.of_kind(kind)}
         writes.append(partial(_write_archive, files, out / ARCHIVES[kind], arrays))
+    if "attention" in kinds:
+        maps = rollout_maps(result)  # the class token's rollout over the patch grid (and its gradient-weighted form)
+        if maps:
+            writes.append(partial(_write_archive, files, out / ROLLOUT_ARCHIVE, maps))
     return writes
 
 
@@ -240,7 +254,7 @@ def build_manifest(
     for r in result.records:
         records_by_path.setdefault(r.path, []).append(
             {
-                "kind": r.kind,
+                "kind": word_of(r.kind),
                 "key": r.key,
                 "call": r.call,
                 "leaf": r.leaf,
@@ -268,10 +282,10 @@ def build_manifest(
         "target": _target_record(result),
         "prediction_top5": [{"index": p.index, "label": p.label, "probability": p.probability} for p in result.top5],
         "timings_ms": result.timings,
-        "hook_kinds": list(kinds),
+        "hook_kinds": [word_of(kind) for kind in kinds],  # the vocabulary's words: act, grad...
         # Output parts a gradient hook got nothing for (they have a forward record, no gradient record): why.
         "no_gradient": {m.key: m.reason for m in result.no_gradient if m.kind in kinds},
-        "archives": {kind: ARCHIVES[kind] for kind in kinds},
+        "archives": {word_of(kind): ARCHIVES[kind] for kind in kinds},
         # NaN or inf in the weights, the output, the input gradient or a capture (app/hookscope/core/engine/numeric.py); None when
         # every number was finite.
         "non_finite": numeric_report(loaded.module, result).describe(),

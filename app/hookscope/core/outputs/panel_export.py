@@ -27,7 +27,8 @@ from PIL import Image
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.common.resources import apply_colormap, colormap_lut
-from hookscope.core.outputs.export import picture_image, write_png
+from hookscope.core.common.vocabulary import TERMS_OF_KIND
+from hookscope.core.outputs.export import file_stem, picture_image, write_png
 from hookscope.core.pictures.ab import picture_lut, view_of
 from hookscope.core.pictures.display import signed_channel
 from hookscope.core.pictures.panels import KIND_LABELS, PanelPicture
@@ -296,6 +297,13 @@ class PanelExport:
 
     def export(self, picture: PanelPicture, path: PathLike, channel: int | None = None) -> object:
         return self.write(picture, channel, path) if self.per_channel else self.write(picture, path)
+
+
+def panel_file_stem(key: str, kind: str) -> str:
+    """The name a panel's exports suggest, without suffix: the record's key and what the vocabulary calls its kind,
+    as an export names its archive (``layer1.0.conv1_gradients``)."""
+    terms = TERMS_OF_KIND.get(kind)
+    return f"{file_stem(key or 'model')}_{terms.files if terms is not None else kind}"
 
 
 PANEL_EXPORTS: tuple[PanelExport, ...] = (

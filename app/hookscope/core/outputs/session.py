@@ -21,8 +21,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookscope.core.common.errors import HookscopeError, ImageError
-from hookscope.core.common.vocabulary import KINDS
+from hookscope.core.common.errors import HookscopeError, ImageError, RunError
+from hookscope.core.common.vocabulary import KINDS, kind_of, word_of
+from hookscope.core.engine.target_words import Objective, Target, parse_target, target_value
 from hookscope.core.models.files import file_sha256
 
 if TYPE_CHECKING:  # heavy imports (torch) only where a session is actually run
@@ -56,7 +57,7 @@ class Session:
     hooks: list[tuple[str, str]] = field(default_factory=list)  # (module path, hook kind), in tick order
     edits: list[str] = field(default_factory=list)  # edit specs, "zero:layer4.1.conv2:3,5"; "#SPEC" when off
     images: list[str] = field(default_factory=list)  # image A, then optionally image B
-    target: str | int = "top1"
+    target: Objective = Objective("top1")  # read from its words where the session comes in (``load_session``)
     colormap: str = "viridis"
     scaling: str = "channel"
     ui: dict[str, Any] = field(default_factory=dict)  # window state, opaque to the engine
@@ -132,7 +133,7 @@ def session_from(
     images: Sequence[str | os.PathLike],
     *,
     device: str = "cpu",
-    target: str | int = "top1",
+    target: Target = "top1",
     edits: Iterable[str] = (),
     colormap: str = "viridis",
     scaling: str = "channel",
@@ -151,7 +152,7 @@ def session_from(
         hooks=[(h.path, h.kind) if hasattr(h, "path") else (str(h[0]), str(h[1])) for h in hooks],
         edits=[str(edit) for edit in edits],
         images=[os.path.abspath(os.fspath(image)) for image in images],
-        target=target,
+        target=parse_target(target),
         colormap=colormap,
         scaling=scaling,
         ui=dict(ui or {}),
@@ -186,10 +187,10 @@ def session_document(session: Session, path: str | os.PathLike) -> dict[str, Any
         "model": model,
         "device": session.device,
         "preprocessing": session.preprocessing,
-        "hooks": [[p, k] for p, k in session.hooks],
+        "hooks": [[p, word_of(k)] for p, k in session.hooks],  # the words: act, grad...
         "edits": list(session.edits),
         "images": [_file_ref(image, base) for image in session.images],
-        "target": session.target,
+        "target": target_value(session.target),
         "colormap": session.colormap,
         "scaling": session.scaling,
         "ui": session.ui,
@@ -243,14 +244,18 @@ def _changed(path: str, saved: str | None) -> bool:
     return bool(saved) and file_sha256(path) != saved
 
 
-def _target(saved: object) -> str | int:
-    """The saved gradient target: "top1", a class index, or an objective's text form ("class:3@0,0,40,40",
-    "box:2", "similar:IMAGE", "text:PROMPT"), which the window checks against the model when it sets it. Any
-    other value raises, as it did when only classes were saved (NaN or infinity: a damaged session)."""
+def _target(saved: object) -> Objective:
+    """The saved gradient target (``target_value``'s forms), parsed here where it comes in; whether it fits the
+    model the window checks when it sets it. Any other value raises (a boolean, NaN or infinity: a damaged
+    session)."""
+    if isinstance(saved, bool):
+        raise ValueError(f"{saved!r} is no gradient target")
     if isinstance(saved, str) and saved.strip():
-        text = saved.strip()
-        return int(text) if text.lstrip("-").isdigit() else text
-    return int(saved)  # type: ignore[call-overload]
+        try:
+            return parse_target(saved)
+        except RunError as error:  # words that are no target: a damaged session, said as one (load_session)
+            raise ValueError(str(error)) from None
+    return Objective("class", index=int(saved))  # type: ignore[call-overload]
 
 
 def _entries(data: dict[str, Any], key: str, problems: list[str]) -> list[Any]:
@@ -320,6 +325,8 @@ def _seed(value: object) -> int:
     return seed
 
 
+# long because: a session file's fields read in order, each a few lines that keep what is valid and add one problem line
+# for what is not
 def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
     problems: list[str] = []
     session = Session()
@@ -370,11 +377,12 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
         if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, str) for v in entry)):
             problems.append(f"Hooks entry {_short(repr(entry))} is not [module, kind]; it was not restored.")
             continue
-        module, kind = entry
-        if kind in KNOWN_KINDS:
+        module, word = entry
+        kind = kind_of(word)  # a word, or the kind itself as sessions saved before one vocabulary have it
+        if kind is not None:
             session.hooks.append((module, kind))
         else:
-            problems.append(f"Hook kind '{kind}' on '{module}' is unknown; that hook was not restored.")
+            problems.append(f"Hook kind '{word}' on '{module}' is unknown; that hook was not restored.")
     for entry in _entries(data, "edits", problems):
         if isinstance(entry, str):
             session.edits.append(entry)
@@ -429,7 +437,8 @@ def _session_of(data: dict[str, Any], base: Path) -> tuple[Session, list[str]]:
 # ---- the panels' settings ------------------------------------------------------------------------------------
 # A session's ``ui`` keeps how the panels are drawn: the defaults for panels made later ("sort", "view"; the
 # colormap and scaling are the session's own fields) and every panel's settings under "panels", one list
-# ``[path, kind, colormap, scaling, sort, view]`` each (sessions saved before the view was kept have five).
+# ``[path, word, colormap, scaling, sort, view]`` each (sessions saved before the view was kept have five; before one
+# vocabulary, the kind where the word is: ``forward`` for ``act``).
 
 
 def panels_ui(default: PanelSettings, panels: Mapping[tuple[str, str], PanelSettings]) -> dict[str, Any]:
@@ -438,7 +447,9 @@ def panels_ui(default: PanelSettings, panels: Mapping[tuple[str, str], PanelSett
     return {
         "sort": default.sort,
         "view": default.view,
-        "panels": [[path, kind, s.colormap, s.scaling, s.sort, s.view] for (path, kind), s in sorted(panels.items())],
+        "panels": [
+            [path, word_of(kind), s.colormap, s.scaling, s.sort, s.view] for (path, kind), s in sorted(panels.items())
+        ],
     }
 
 
@@ -467,26 +478,14 @@ def session_panel_settings(
             values = [str(value) for value in entry]
             if len(values) not in (5, 6):
                 raise ValueError(f"{len(values)} values instead of 6")
-            path, kind, *settings = values
-            panels[(path, kind)] = PanelSettings(*settings)
+            path, word, *settings = values
+            panels[(path, kind_of(word) or word)] = PanelSettings(*settings)
         except (TypeError, ValueError) as error:
             problems.append(f"The settings of panel {entry!r} are not valid ({error}); the defaults are used.")
     return default, panels, problems
 
 
 # ---- running a session -------------------------------------------------------------------------------------
-def load_session_model(session: Session, *, trust: bool = False, strict: bool = True) -> LoadedModel:
-    """Build the session's model with its weights and preprocessing; any problem raises one readable line.
-
-    A model file that runs code when opened (a pickled model, ``model.py:build``) needs ``trust`` again: a
-    session may come from someone else, so it never carries trust with it. The same as
-    ``open_model(ModelSource.from_session(session, trust=trust, non_strict=not strict))`` (``hookscope.core.engine.pipeline``).
-    """
-    from hookscope.core.engine.pipeline import ModelSource, open_model
-
-    return open_model(ModelSource.from_session(session, trust=trust, non_strict=not strict))
-
-
 def register_session_hooks(registry: HookRegistry, session: Session) -> list[str]:
     """Register the session's hooks; a module the model does not have is one problem line, not an error."""
     problems = []

@@ -22,7 +22,7 @@ from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.hooks import GRADIENT_KINDS
 from hookscope.core.pictures.compare import as_array, pair_records
 from hookscope.core.pictures.display import DisplayChannels, display_of_array, signed_mosaic
-from hookscope.core.pictures.panels import (  # noqa: F401  (VIEWS: the panels' view drop-down, kept importable from here)
+from hookscope.core.pictures.panels import (
     VIEWS,
     Arrangement,
     PanelPicture,

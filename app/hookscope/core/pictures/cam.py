@@ -2,7 +2,8 @@
 
 For a module with spatial output, each channel is weighted by the spatial mean of the gradient of the target
 with respect to it; the weighted sum over channels, through a ReLU, is the class activation map (Selvaraju et
-al., 2017). It is upsampled to the input size and overlaid on the image.
+al., 2017). It is upsampled to the input size and overlaid on the image. A transformer's tokens (1, N, C) are laid
+on their patch grid first, the class token (and registers) dropped, as pytorch-grad-cam's ``reshape_transform``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import torch.nn.functional as F
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.hooks import OUTPUT_GRADIENT_KINDS
+from hookscope.core.pictures.attention import as_token_maps
 
 
 def _maps(values: np.ndarray | torch.Tensor, what: str) -> np.ndarray:
     array = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
     if array.ndim == 4 and array.shape[0] == 1:
         array = array[0]
+    elif array.ndim == 3 and array.shape[0] == 1:  # a transformer's (1, tokens, channels): on the patch grid
+        grid = as_token_maps(array)
+        array = grid if grid is not None else array
     if array.ndim != 3:
         raise HookscopeError(
             f"Grad-CAM needs a module with spatial output (C, H, W); its {what} has shape {tuple(array.shape)}."

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.engine.capture import Prediction, RunResult
+from hookscope.core.engine.capture import RunResult
 from hookscope.core.engine.hooks import Record
 
 ArrayLike = Record | torch.Tensor | np.ndarray
@@ -112,9 +112,3 @@ def prediction_changes(after: RunResult, before: torch.Tensor | RunResult | None
         raise HookscopeError(f"The runs have {before.shape[-1]} and {after.scores.shape[-1]} classes: not comparable.")
     old = _probabilities(before)
     return [PredictionChange(p.index, p.label, p.probability, float(old[p.index])) for p in after.top5]
-
-
-def compare_predictions(before: RunResult, after: RunResult) -> list[tuple[Prediction, float]]:
-    """``after``'s top-5 predictions each with the change of its probability since ``before``."""
-    changes = {c.index: c.delta for c in prediction_changes(after, before)}
-    return [(p, changes[p.index]) for p in after.top5 if p.index in changes]

@@ -16,6 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from hookscope.core.common.resources import COLORMAPS
+from hookscope.core.common.vocabulary import TERMS
 from hookscope.core.engine.hooks import GRADIENT_KINDS, Record
 from hookscope.core.pictures.display import DisplayChannels, display_channels, draw_mosaic
 from hookscope.core.pictures.views import MosaicLayout, mosaic_layout, mosaic_size, sort_order
@@ -24,13 +25,7 @@ SCALINGS: dict[str, str] = {"channel": "per-channel scaling", "shared": "shared 
 SORTS: tuple[str, ...] = ("none", "mean", "max", "diff", "dataset")  # "diff": by |A - B| with image B (else channel
 # order); "dataset": the order a scan of a folder gives (its channel means, highest first; else channel order)
 VIEWS: dict[str, str] = {"A": "A", "B": "B", "diff": "A − B"}  # with image B: what a panel draws (its drop-down)
-KIND_LABELS: dict[str, str] = {
-    "pre": "Inputs",
-    "forward": "Activations",
-    "backward": "Gradients",
-    "tensor": "Output gradients",
-    "grad_input": "Input gradients",
-}
+KIND_LABELS: dict[str, str] = {terms.kind: terms.title for terms in TERMS}  # a panel's title: the vocabulary's
 KIND_ORDER: dict[str, int] = {"pre": 0, "forward": 1, "backward": 2, "tensor": 3, "grad_input": 4}
 
 

@@ -54,7 +54,9 @@ def _perfect_square_side(n: int) -> int | None:
 
 
 def _grid(tokens: Any) -> tuple[Any, str] | None:
-    """``token_grid`` without the copy, for numpy arrays and torch tensors alike (a strided view)."""
+    """Transformer tokens (N, C) laid back on their patch grid as (C, s, s) with a note, the class token dropped
+    where N is one more than a square; None when N is not a grid. For numpy arrays and torch tensors alike (a strided
+    view, no copy)."""
     if tokens.ndim != 2:
         return None
     n, c = tokens.shape
@@ -65,12 +67,6 @@ def _grid(tokens: Any) -> tuple[Any, str] | None:
     if side is not None:
         return tokens[1:].T.reshape(c, side, side), f"tokens {n}x{c} -> {side}x{side} grid (class token dropped)"
     return None
-
-
-def token_grid(tokens: np.ndarray) -> tuple[np.ndarray, str] | None:
-    """Transformer tokens (N, C) laid back on their patch grid as (C, s, s); None when N is not a grid."""
-    grid = _grid(np.asarray(tokens))
-    return (np.ascontiguousarray(grid[0]), grid[1]) if grid is not None else None
 
 
 def shaped(data: Any) -> tuple[str, Any, list[str]]:
@@ -235,6 +231,32 @@ def channel_ranges(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return flat.min(axis=1), flat.max(axis=1)
 
 
+def _mosaic_maps(maps: np.ndarray, scaling: str, pad: int, step: int) -> np.ndarray:
+    """``mosaic``'s maps as float32 (C, H, W) (one (H, W) map is one channel), its other arguments checked."""
+    values = np.asarray(maps, dtype=np.float32)
+    if values.ndim == 2:
+        values = values[np.newaxis]
+    if values.ndim != 3:
+        raise ValueError(f"mosaic expects maps of shape (C, H, W), got {values.shape}.")
+    if scaling not in ("channel", "shared"):
+        raise ValueError(f"Unknown scaling '{scaling}'; use 'channel' or 'shared'.")
+    if pad < 0:
+        raise ValueError("mosaic pad must not be negative.")
+    if step < 1:
+        raise ValueError("mosaic step must be at least 1.")
+    return values
+
+
+def _mosaic_order(order: np.ndarray | None, total: int) -> np.ndarray | None:
+    """``mosaic``'s channel order as non-negative indexes (negative ones count from the end), checked."""
+    if order is None:
+        return None
+    index = np.asarray(order, dtype=np.intp).reshape(-1)
+    if index.size and (index.min() < -total or index.max() >= total):
+        raise ValueError("mosaic order holds a channel index out of range.")
+    return np.where(index < 0, index + total, index)
+
+
 def mosaic(
     maps: np.ndarray,
     scaling: str = "channel",
@@ -250,26 +272,9 @@ def mosaic(
     ``step`` > 1 keeps every step-th row and column of each tile (a picture to show scaled down: the scaling still
     comes from every value); ``ranges`` are the maps' ``channel_ranges`` when the caller already has them.
     """
-    values = np.asarray(maps, dtype=np.float32)
-    if values.ndim == 2:
-        values = values[np.newaxis]
-    if values.ndim != 3:
-        raise ValueError(f"mosaic expects maps of shape (C, H, W), got {values.shape}.")
-    if scaling not in ("channel", "shared"):
-        raise ValueError(f"Unknown scaling '{scaling}'; use 'channel' or 'shared'.")
-    if pad < 0:
-        raise ValueError("mosaic pad must not be negative.")
-    if step < 1:
-        raise ValueError("mosaic step must be at least 1.")
-    index: np.ndarray | None = None
-    order_tuple: tuple[int, ...] | None = None
-    if order is not None:
-        index = np.asarray(order, dtype=np.intp).reshape(-1)
-        total = values.shape[0]
-        if index.size and (index.min() < -total or index.max() >= total):
-            raise ValueError("mosaic order holds a channel index out of range.")
-        index = np.where(index < 0, index + total, index)
-        order_tuple = tuple(int(i) for i in index)
+    values = _mosaic_maps(maps, scaling, pad, step)
+    index = _mosaic_order(order, values.shape[0])
+    order_tuple = tuple(int(i) for i in index) if index is not None else None
 
     count = values.shape[0] if index is None else index.size
     layout = mosaic_layout(count, -(-values.shape[1] // step), -(-values.shape[2] // step), cols, pad, order_tuple)

@@ -27,17 +27,13 @@ from typing import Any
 import numpy as np
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.engine.pipeline import ModelSource, open_model
-from hookscope.core.scan.scanner import (
-    BoxChunk,
-    ChannelScanner,
-    ScanBatch,
-    ScanSettings,
-    Unit,
-    chunk_boxes,
-    read_batch,
-    read_units,
-)
+from hookscope.core.models.source import ModelSource, open_model
+from hookscope.core.scan.accumulators import Unit
+from hookscope.core.scan.backends import BoxChunk, ScanBatch
+from hookscope.core.scan.boxes import chunk_boxes
+from hookscope.core.scan.channel_scanner import ChannelScanner
+from hookscope.core.scan.reading import read_batch, read_units
+from hookscope.core.scan.results import ScanSettings
 
 INSTALL_HINT = "The scan on Ray needs Ray Data: pip install 'hookscope[ray]'."
 

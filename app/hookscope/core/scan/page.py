@@ -19,7 +19,14 @@ from PIL import Image
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.models.loaded import model_title
-from hookscope.core.scan.results import BOX_DEFINITIONS, ModuleScan, PatchReader, ScanResult, module_folder_name
+from hookscope.core.scan.results import (
+    BOX_DEFINITIONS,
+    ModuleScan,
+    PatchReader,
+    ScanResult,
+    module_folder_name,
+    shown_name,
+)
 
 THUMB = 160
 PAGE = "index.html"
@@ -59,14 +66,15 @@ def _number(value: float) -> str:
 
 def _href(target: Path, start: Path) -> str:
     """A relative link from a page in ``start`` to ``target`` (a file:// page cannot take absolute paths on every
-    system), with each part percent-encoded."""
+    system), with each part percent-encoded: the name's own bytes, whatever they are (a name that is not UTF-8
+    included)."""
     from urllib.parse import quote
 
     try:
         relative = os.path.relpath(target, start)
     except ValueError:  # another drive (Windows): an absolute file URL
         return Path(target).resolve().as_uri()
-    return quote(Path(relative).as_posix())
+    return quote(os.fsencode(Path(relative).as_posix()))
 
 
 def write_page(result: ScanResult, out_dir: str | Path, progress: Callable[[int, int], None] | None = None,
@@ -117,7 +125,8 @@ def write_page(result: ScanResult, out_dir: str | Path, progress: Callable[[int,
 
 def _write(target: Path, text: str) -> None:
     try:
-        target.write_text(text, encoding="utf-8")
+        # backslashreplace: a model's name from a file name that is not UTF-8 cannot stop the page
+        target.write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as error:
         raise HookscopeError(f"Cannot write '{target}': {error.strerror or error}.", path=str(target)) from error
 
@@ -153,7 +162,7 @@ def _module_page(result: ScanResult, module: ModuleScan, pages: Path,
     for channel, entries in enumerate(module.top):
         figures = []
         for entry in entries:
-            source = Path(result.images[entry.image])
+            source, name = Path(result.images[entry.image]), html.escape(shown_name(result.images[entry.image]))
             thumb = thumbnail(entry.image)
             box = ""
             if thumb is not None and entry.box is not None:
@@ -161,12 +170,12 @@ def _module_page(result: ScanResult, module: ModuleScan, pages: Path,
                 x0, y0, x1, y1 = entry.box
                 box = (f'<div class="box" style="left:{100 * x0 / width:.2f}%;top:{100 * y0 / height:.2f}%;'
                        f'width:{100 * (x1 - x0) / width:.2f}%;height:{100 * (y1 - y0) / height:.2f}%"></div>')  # fmt: skip
-            picture = (f'<img src="{thumb[0]}" alt="{html.escape(source.name)}">' if thumb is not None
+            picture = (f'<img src="{thumb[0]}" alt="{name}">' if thumb is not None
                        else '<span class="missing">(cannot be read)</span>')  # fmt: skip
             figures.append(
                 f'<figure class="top" data-image="{entry.image}"><a class="frame" href="{_href(source, pages)}">'
                 f"{picture}{box}</a><figcaption><span class=\"score\">{_number(entry.score)}</span> "
-                f"{html.escape(source.name)}<br>y {entry.y}, x {entry.x}</figcaption></figure>"
+                f"{name}<br>y {entry.y}, x {entry.x}</figcaption></figure>"
             )  # fmt: skip
         stats = (f"mean {_number(float(module.mean[channel]))}, std {_number(float(module.std[channel]))}, "
                  f"active in {_number(100 * float(module.active[channel]))}% of the images")  # fmt: skip

@@ -1,4 +1,4 @@
-"""A dataset scan's results (``hookscope.core.scan.scanner`` computes them): per module and channel the top images with their
+"""A dataset scan's results (``hookscope.core.scan.run`` computes them): per module and channel the top images with their
 scores, positions and receptive-field boxes, and the channel's statistics over the whole set; scan.json written and
 read back; patches of the top images cut out of the original files, and PNG strips of them.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import stat
 from collections import OrderedDict
 from collections.abc import Callable
@@ -392,13 +393,34 @@ class PatchReader:
         font = ImageFont.load_default()
         for rank, entry in enumerate(entries):
             left = rank * (size + gap) + 2
-            name = fit_text(Path(self.result.images[entry.image]).name, draw, font, size - 4)
+            name = fit_text(shown_name(self.result.images[entry.image]), draw, font, size - 4)
             draw.text((left, size + 2), f"{entry.score:.4g}", fill=(0, 0, 0), font=font)
             draw.text((left, size + 15), name, fill=(70, 70, 70), font=font)
         return np.asarray(picture)
 
 
 LABEL_HEIGHT = 28  # two lines under each patch: its score, its image's file name
+
+
+def shown_text(text: str) -> str:
+    """A file name or path as the scan shows it (strip captions, the HTML page, the window's tooltips): whatever
+    the file system allowed, on one line and legible. A character that cannot be printed is written as Python
+    writes it in a string (a newline as ``\\n``); a byte of a name that is not UTF-8 (which Python keeps as a lone
+    surrogate) as ``\\xNN``."""
+    return "".join(_shown_character(c) for c in text)
+
+
+def _shown_character(character: str) -> str:
+    if character.isprintable():
+        return character
+    if "\udc80" <= character <= "\udcff":  # os.fsdecode's surrogateescape: the byte it could not decode
+        return f"\\x{ord(character) - 0xDC00:02x}"
+    return repr(character)[1:-1]
+
+
+def shown_name(path: str | os.PathLike) -> str:
+    """The file name (last part) of ``path`` as the scan shows it (``shown_text``)."""
+    return shown_text(Path(path).name)
 
 
 def fit_text(

@@ -1,12 +1,17 @@
-"""Where the user guide is: the built MkDocs site shipped with the installer, or one built in a checkout.
+"""Where the user guide is: its Markdown pages, which every installation ships and Help > User guide shows in the
+window itself (``guide_pages``, ``page_text``), and the built MkDocs site, opened in the desktop's browser only where
+the pages are missing (``find_guide``).
 
-The installer's bundle carries the site in ``resources/guide/`` (``packaging/hookscope.spec``), so *Help > User
-guide* works offline; a source checkout has it in ``site/`` after ``mkdocs build``. Where neither exists (a checkout
-whose guide was never built) the guide's first page in Markdown, ``docs/index.md``, or the README stands in.
+The pages are a checkout's ``docs/`` (source and editable installs) or the package's ``guide/`` folder (``pip
+install``: package data in pyproject.toml; the installer's bundle: ``packaging/hookscope.spec``). The bundle also
+carries the built site in ``resources/guide/``; a source checkout has it in ``site/`` after ``mkdocs build``.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,3 +57,68 @@ def find_guide(resources: Path | None = None) -> GuideLocation | None:
         if source.is_file():
             return GuideLocation(source, built=False)
     return None
+
+
+# The guide's Markdown pages, read in the window's own guide viewer (Help > User guide) wherever Hookscope is
+# installed: a checkout's docs/ (source and editable installs), the package's guide/ folder (pip install: package
+# data in pyproject.toml; the bundle: packaging/hookscope.spec). No browser or Markdown program is needed.
+PAGES_FOLDER = "guide"  # hookscope/guide/ when installed
+FIRST_PAGE = "index.md"
+CLI_REFERENCE = "reference/cli.md"  # generated from the parsers when the site is built (docs/hooks/guide_files.py)
+_DIRECTIVE = re.compile(r"^::: *(?P<name>[\w.]+)\n(?P<options>(?:[ \t]+.*\n|\n(?=[ \t]))*)", re.MULTILINE)
+_SCREENSHOT = re.compile(r"\]\((?:\.\./)*screenshots/(?P<name>[\w.-]+)\)")
+CLI_STAND_IN = """# Command-line reference
+
+This page is generated from `hookscope`'s own parsers when the guide is built as a web site (the installer ships
+that site). Every subcommand prints the same text itself:
+
+```
+hookscope --help
+hookscope export --help
+hookscope SUBCOMMAND --help
+```
+
+[Back to the guide's first page](../index.md)
+"""
+
+
+def guide_pages(resources: Path | None = None, package: Path | None = None) -> Path | None:
+    """The folder holding the guide's Markdown (``index.md`` and the pages it links to), or None."""
+    resources = resource_dir() if resources is None else resources
+    package = Path(__file__).resolve().parents[2] if package is None else package  # hookscope/
+    root = _checkout(resources)
+    for folder in ([root / "docs"] if root is not None else []) + [package / PAGES_FOLDER]:
+        if (folder / FIRST_PAGE).is_file():
+            return folder
+    return None
+
+
+def slug(title: str) -> str:
+    """A heading's anchor as the built guide writes it (Python-Markdown's toc ``slugify``): ``#the-channel-view``."""
+    text = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def page_text(
+    page: Path, pages: Path, resources: Path | None = None, describe: Callable[[str], str] | None = None
+) -> str:
+    """The Markdown of one page as the guide viewer shows it: the screenshots the site build adds
+    (``screenshots/NAME.png``) point at the shipped pictures, a mkdocstrings directive (``::: hookscope.capture``)
+    becomes the name's signature and docstring (``describe(name)``, else a line on ``help()``), and the
+    command-line reference, which only the site build writes, is a page on ``--help``."""
+    if not page.is_file():
+        if page.resolve() == (pages / CLI_REFERENCE).resolve():
+            return CLI_STAND_IN
+        raise FileNotFoundError(page)
+    text = page.read_text(encoding="utf-8")
+    shots = (resource_dir() if resources is None else resources) / "screenshots"
+    text = _SCREENSHOT.sub(lambda m: f"]({(shots / m['name']).as_uri()})", text)
+
+    def directive(match: re.Match[str]) -> str:
+        name = match["name"]
+        body = describe(name) if describe is not None else ""
+        body = body or f"In Python, `help({name})` prints its signature and docstring."
+        return f"#### `{name}`\n\n{body}\n\n"
+
+    return _DIRECTIVE.sub(directive, text)

@@ -6,14 +6,17 @@ builds the same model with the same weights (``torch.manual_seed(seed)`` before 
 the same file for a state_dict, a pickled model or a ``model.py`` factory), reads the same image with the same
 preprocessing (resize, centre crop, mean and std, channels), registers exactly the hooks and edits in use (each
 with the PyTorch method the engine used: a tensor hook for the Grad column, a full backward hook for grad_input
-and ``--hooks backward``, or tensor hooks where that cannot work), runs forward and backward to the same target,
+and ``--hooks grad_out``, or tensor hooks where that cannot work), runs forward and backward to the same target,
 prints one line per capture (key, shape, sum) and, with
 ``--save FILE.npz``, saves the captures under the export's keys: ``activations/KEY``, ``inputs/KEY``,
-``gradients/KEY``, ``tensor_gradients/KEY``... (``hookscope.core.outputs.export.ARCHIVES``: the archive's name without ``.npz``,
+``gradients/KEY``, ``output_gradients/KEY``... (``hookscope.core.outputs.export.ARCHIVES``, the vocabulary's names: the
+archive's name without ``.npz``,
 then the key inside it) plus ``input`` and ``input_grad``. A test runs the script in a fresh process and compares
 with the export.
 
-Every hook function in the script does what ``hookscope.core.engine.hooks`` and ``hookscope.core.engine.interventions`` do, written out.
+Every hook function in the script does what ``hookscope.core.engine.hooks`` and ``hookscope.core.engine.interventions`` do, written out;
+an Attn tick's pair of hooks and its torch function mode are ``hookscope.core.engine.attention``'s. The attention rollout
+maps (``attention_rollout.npz``) are not recomputed: they follow from the weights saved.
 """
 
 from __future__ import annotations
@@ -26,18 +29,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.errors import HookscopeError, Remedy
 from hookscope.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookRegistry
 from hookscope.core.engine.interventions import Intervention
-from hookscope.core.engine.objectives import parse_target
-from hookscope.core.models.catalogue import TIMM_PREFIX
+from hookscope.core.engine.target_words import Target, parse_target
 from hookscope.core.models.files import split_factory
 from hookscope.core.models.images import Preprocess
-from hookscope.core.models.loaded import LoadedModel
+from hookscope.core.models.loaded import TIMM_PREFIX, LoadedModel
 from hookscope.core.outputs.export import ARCHIVES as EXPORT_ARCHIVES
 from hookscope.core.teaching.snippets import module_expression, one_line
 
-Target = int | str
 # The script's fixed parts (Python files, so that ruff checks them), read as text: each runs from a "# @part NAME"
 # line to the next; "__NAME__" marks a value the writer fills in.
 TEMPLATES = Path(__file__).with_name("script_templates") / "standalone.py"
@@ -60,6 +61,8 @@ class ScriptHook:
     @property
     def code(self) -> str:
         """Which of the script's hook functions registers it (its template part is "hook CODE")."""
+        if self.kind == "attention":
+            return "attention"
         if self.kind == "grad_input":
             return "input_grad" if self.method == FALLBACK else "grad_input"
         if self.method in (TENSOR, FALLBACK):
@@ -122,8 +125,9 @@ class _Writer:
         objective = parse_target(target)
         if objective.kind == "text":
             raise HookscopeError(
-                "--script cannot write a text: target: the text tower is a Hugging Face model's, "
-                "which a script does not rebuild; use export without --script."
+                "A script cannot redo a text: target: the text tower is a Hugging Face model's, which a script does "
+                "not rebuild",
+                remedy=Remedy.EXPORT_INSTEAD,
             )
         # "top1", a class index (as before), or the objective's parts: ("class", C) for a segmentation model's
         # class, ("region", C, (x0, y0, x1, y1)), ("box", N), ("similar", IMAGE)
@@ -197,7 +201,8 @@ class _Writer:
             "Needs torch, torchvision, Pillow and numpy, not Hookscope. Run it as",
             "    python THIS_FILE.py [--image PATH] [--device cpu] [--save captures.npz]",
             "It prints one line per capture (key, shape, sum); --save writes every capture to an .npz under the keys",
-            "of `hookscope export` (activations/KEY, inputs/KEY, tensor_gradients/KEY...: the archive's name, then",
+            f"of `hookscope export` ({', '.join(f'{EXPORT_ARCHIVES[k][:-4]}/KEY' for k in ('forward', 'pre', 'tensor'))}"
+            "...: the archive's name, then",
             "the key in it; ARCHIVES below), plus input and input_grad.",
             '"""',
         ]
@@ -220,6 +225,7 @@ class _Writer:
         return f"built by {factory}() in {_absolute(file)} after torch.manual_seed({loaded.seed})"
 
     # ---- the model ----------------------------------------------------------------------------------------------
+    # long because: the script's model part, one branch per kind of model source, in the order the written script reads
     def _model(self) -> str:
         loaded = self.loaded
         weights_file = None
@@ -359,6 +365,9 @@ class _Writer:
         for hook in self.hooks:
             if hook.note:
                 lines.append(f"    # {one_line(hook.note)}")
+            if hook.kind == "attention":  # two hooks: a pre-hook and a forward hook around a torch function mode
+                lines.append(f"    handles.extend(attention_hooks({_on(hook.path)}, {hook.path!r}))")
+                continue
             lines.append(f"    handles.append({_on(hook.path)}.{_hook_registration(hook)})")
         lines.append("    return handles")
         return "\n".join(lines)

@@ -2,8 +2,8 @@
 
 ``hook_snippet`` gives the code of one hook: a function and the line that registers it on a variable ``model``;
 reading hooks keep what they see in a dict ``captured`` under ``captured_key(path, kind)`` (a list, one entry per
-call, for a module that runs more than once per forward pass). ``registry_script`` joins the snippets of every
-live hook into one runnable script. The code is meant to be read: one hook, one short function. ``KIND_HOOKS``
+call, for a module that runs more than once per forward pass); ``edit_snippet`` and ``mix_reference_snippet`` the
+code of an edit. The code is meant to be read: one hook, one short function. ``KIND_HOOKS``
 says which PyTorch hook each kind registers and why that one (the Grad column's gradient through a tensor hook,
 grad_input through the full backward hook that alone gives it).
 """
@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Callable
 
 from torch import nn
 
+from hookscope.core.engine.attention import ATTENTION_METHOD
 from hookscope.core.engine.hooks import FALLBACK, FORWARD, FULL_BACKWARD, PRE, TENSOR, HookInfo, HookRegistry
 from hookscope.core.engine.interventions import Intervention
 from hookscope.core.engine.tree import ModuleRun
@@ -38,6 +40,11 @@ KIND_HOOKS: dict[str, str] = {
         "register_full_backward_hook: grad_input (d target / d input), the only hook that gives it. Where it cannot "
         "work (an in-place op), tensor hooks on the input tensors are used: they get the gradient of each input "
         "tensor as a whole"
+    ),
+    "attention": (
+        "register_forward_pre_hook + register_forward_hook around a torch function mode: the module's attention "
+        "weights (batch, heads, queries, keys), computed explicitly inside this module only, also where the model "
+        "runs fused attention (scaled_dot_product_attention), in which they never exist"
     ),
 }
 
@@ -106,6 +113,7 @@ def hook_snippet(info: HookInfo, intervention: Intervention | None = None, *, ru
     return "\n".join(_read_snippet(info, calls, form)) + "\n"
 
 
+# long because: one branch per hook method, each the code a user reads; side by side so the hooks can be compared
 def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
     path, module = info.path, module_expression(info.path)
     shown = one_line(path)  # in comments
@@ -200,10 +208,55 @@ def _read_snippet(info: HookInfo, calls: int, form: str) -> list[str]:
         lines.append(f"        {tensor}.register_hook(save)")
         return lines + _register(f"h_{name}", module, "register_forward_hook", name)
 
+    if info.method == ATTENTION_METHOD:
+        return lines + _attention_snippet(shown, ident, module, keep)
     raise ValueError(f"No snippet for hook method '{info.method}'.")
 
 
-def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, keep) -> list[str]:
+def _attention_snippet(shown: str, ident: str, module: str, keep: Callable[[str], str]) -> list[str]:
+    """The Attn tick in plain PyTorch, for scaled_dot_product_attention (Hookscope's mode also keeps an eager
+    softmax and nn.MultiheadAttention's per-head weights: ``hookscope.core.engine.attention``)."""
+    mode = f"attention_{ident}"
+    return [
+        f"# {shown}'s attention weights (batch, heads, queries, keys). A fused scaled_dot_product_attention never",
+        "# forms them: a torch function mode, entered by a forward pre-hook and left by a forward hook, computes",
+        "# softmax(Q K^T * scale + mask) inside this module only and hands weights @ V to the model.",
+        "from torch.overrides import TorchFunctionMode",
+        "",
+        "",
+        f"class Attention_{ident}(TorchFunctionMode):",
+        "    def __torch_function__(self, func, types, args=(), kwargs=None):",
+        "        kwargs = kwargs or {}",
+        "        if func is not torch.nn.functional.scaled_dot_product_attention:",
+        "            return func(*args, **kwargs)",
+        "        q, k, v = args[:3]",
+        '        mask, scale = kwargs.get("attn_mask"), kwargs.get("scale") or q.shape[-1] ** -0.5',
+        "        scores = torch.matmul(q, k.transpose(-2, -1)) * scale",
+        "        if mask is not None:",
+        '            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask',
+        "        weights = torch.softmax(scores, dim=-1)",
+        f"        {keep('weights.detach().clone()')}",
+        "        return weights @ v",
+        "",
+        "",
+        f"{mode} = Attention_{ident}()",
+        "",
+        "",
+        f"def enter_{ident}(module, inputs):  # returns None: the inputs go on unchanged",
+        f"    {mode}.__enter__()",
+        "",
+        "",
+        f"def leave_{ident}(module, inputs, output):",
+        f"    {mode}.__exit__(None, None, None)",
+        "",
+        "",
+        f"h_pre_{ident} = {module}.register_forward_pre_hook(enter_{ident})",
+        f"h_{ident} = {module}.register_forward_hook(leave_{ident}, always_call=True)  # also when the module raises",
+        f"# remove with h_pre_{ident}.remove() and h_{ident}.remove()",
+    ]
+
+
+def _grad_input_snippet(info: HookInfo, ident: str, module: str, calls: int, keep: Callable[..., str]) -> list[str]:
     """grad_input: a full backward hook (the only hook that gives it), or tensor hooks on the inputs where it
     cannot work."""
     path = one_line(info.path) or "the model"  # in comments only
@@ -357,50 +410,3 @@ def snippet_for(registry: HookRegistry, info: HookInfo) -> str:
     run = survey.run_of(info.path) if survey is not None else None
     edit = registry.edit(info.edit_id) if info.edit_id is not None else None
     return hook_snippet(info, edit, run=run)
-
-
-def registry_script(registry: HookRegistry) -> str:
-    """Every live hook of ``registry`` as one script: reproduces in plain PyTorch what the window did.
-
-    Mix references come first (Hookscope computes them without edits), then the edits in the order their hooks
-    were registered (each with ``prepend=True``, so the last one registered runs first, as in Hookscope), then
-    the reading hooks.
-    """
-    survey = registry.survey
-    infos = registry.live_hooks()
-    edits = [(info, registry.edit(info.edit_id)) for info in infos if info.edit_id is not None]
-    reads = [info for info in infos if info.edit_id is None]
-    parts = [
-        '"""Hooks registered in Hookscope, as plain PyTorch.',
-        "",
-        "Before running this, set `model` to the same network (in eval mode)"
-        + (
-            " and `others` to the other images a mix blends in, preprocessed like the input."
-            if any(e.kind == "mix" for _, e in edits)
-            else "."
-        ),
-        '"""',
-        "",
-        "import torch",
-        "",
-        'captured = {}  # what the reading hooks keep, by "KIND:PATH"',
-        "",
-    ]
-    for info, edit in edits:
-        if edit.kind == "mix":
-            parts += [mix_reference_snippet(edit, info.edit_id or 0)]
-    for info, edit in edits:
-        calls = survey.run_of(info.path).calls if survey is not None else 1
-        parts += ["", edit_snippet(edit, info.edit_id or 0, calls=max(calls, 1), with_reference=False)]
-    for info in reads:
-        run = survey.run_of(info.path) if survey is not None else None
-        parts += ["", hook_snippet(info, run=run)]
-    parts += [
-        "",
-        "# Run it as Hookscope does: forward, the top-1 logit, backward to the input x (1, C, H, W):",
-        "#   x = x.clone().requires_grad_(True)",
-        "#   logits = model(x)",
-        "#   torch.autograd.backward(logits[0, logits[0].argmax()], inputs=[x])",
-        "",
-    ]
-    return "\n".join(parts)

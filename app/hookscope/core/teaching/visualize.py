@@ -452,6 +452,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# long because: the optimisation loop and the bare runs timed between its steps share the step's state and clock
 def visualize(
     module: nn.Module,
     objective: Objective,

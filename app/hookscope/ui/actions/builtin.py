@@ -13,12 +13,13 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 from hookscope.core.common.resources import COLORMAPS, sample_image
 from hookscope.core.models.images import IMAGE_SUFFIXES
 from hookscope.core.pictures.panels import SCALINGS
-from hookscope.core.teaching.guide import BUILD_HINT, find_guide
+from hookscope.core.teaching.guide import BUILD_HINT, find_guide, guide_pages
 from hookscope.ui.actions.specs import ActionSpec
 from hookscope.ui.dialogs.about import show_about
 from hookscope.ui.dialogs.folders import last_folder, remember_folder
 from hookscope.ui.state.settings import app_settings
 from hookscope.ui.state.workspace import Workspace
+from hookscope.ui.widgets.guide_browser import show_guide
 
 Key = QKeySequence.StandardKey
 HOOKS_HELP = """<b>The hooks behind the ticks</b><br><br>
@@ -115,8 +116,14 @@ def inform(parent: QWidget, title: str, text: str) -> None:
 
 
 def open_user_guide(shell: Shell) -> None:
-    """Help > User guide: the local built guide in the desktop's browser (the bundle ships one), else its
-    Markdown in a checkout, else a note on where to find it."""
+    """Help > User guide: the guide's Markdown pages in the window's own guide viewer (every installation ships
+    them, so nothing depends on the desktop having a program for Markdown or a browser); where they are missing,
+    the built site in the desktop's browser (an older bundle), else a note on where to find the guide."""
+    pages = guide_pages()
+    if pages is not None:
+        window = show_guide(pages, shell.dialog_parent())
+        shell.show_status(f"User guide: {window.page.source().toLocalFile()}", 10000)
+        return
     guide = find_guide()
     if guide is None:
         inform(shell.dialog_parent(), "User guide", NO_GUIDE)
@@ -127,6 +134,7 @@ def open_user_guide(shell: Shell) -> None:
     shell.show_status(guide.note, 10000)
 
 
+# long because: one table: the window's built-in actions, one entry each
 def builtin_actions(shell: Shell) -> list[ActionSpec]:
     space = shell.workspace
     specs = [
@@ -189,7 +197,7 @@ def builtin_actions(shell: Shell) -> list[ActionSpec]:
             group=10,
             order=10,
             shortcut=Key.HelpContents,
-            tooltip="Open the user guide (offline copy) in your browser",
+            tooltip="Open the user guide (offline, in a window of its own)",
         ),
         ActionSpec(
             "help.hooks",

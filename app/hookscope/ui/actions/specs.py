@@ -36,6 +36,7 @@ class ActionSpec:
     toolbar: bool = False
     checkable: bool = False
     checked: Callable[[], bool] | None = None
+    enabled: Callable[[], bool] | None = None  # asked each time its menu opens (File's video entries: a video open)
 
 
 class MenuBuilder:
@@ -50,6 +51,7 @@ class MenuBuilder:
         bar: QMenuBar = window.menuBar()
         for name in MENUS:
             self._menus[name] = bar.addMenu(MNEMONICS[name])
+            self._menus[name].aboutToShow.connect(self.refresh_enabled)
 
     def menu(self, path: str) -> QMenu:
         """The menu for ``path`` ("View" or "View/Colormap (all panels)"), made on first use."""
@@ -68,6 +70,12 @@ class MenuBuilder:
             self._specs[spec.id] = spec
             self.actions[spec.id] = self._make(spec)
         self._rebuild()
+
+    def refresh_enabled(self) -> None:
+        """Grey out the entries that cannot act now (their spec's ``enabled``), as a menu opens."""
+        for spec_id, spec in self._specs.items():
+            if spec.enabled is not None:
+                self.actions[spec_id].setEnabled(spec.enabled())
 
     def add_existing(self, spec: ActionSpec, action: QAction) -> None:
         """Place an action made elsewhere (a dock's show/hide toggle) as ``spec`` says."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hookscope.ui.features.attention import AttentionFeature
 from hookscope.ui.features.desktop_entry import DesktopEntryFeature
 from hookscope.ui.features.grad_cam import GradCamFeature
 from hookscope.ui.features.image_b import ImageBFeature
@@ -33,6 +34,7 @@ FEATURES: list[tuple[str, Callable]] = [
     ("interventions", InterventionsFeature),
     ("inspector", InspectorFeature),  # tabbed with the interventions
     ("grad_cam", GradCamFeature),  # a side view: tabbed under the cards
+    ("attention", AttentionFeature),  # a side view: tabbed under the cards, beside Grad-CAM
     ("image_b", ImageBFeature),
     ("visualize", VisualizeFeature),  # a side view: tabbed under the cards
     ("lessons", LessonsFeature),  # Help > Learn the hooks; a side view: tabbed under the cards

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.vocabulary import word_of
 from hookscope.core.engine.hooks import FALLBACK, HookInfo, callers_hooks
 from hookscope.core.teaching.script_export import standalone_script
 from hookscope.core.teaching.snippets import kind_hook, snippet_for
@@ -74,6 +75,7 @@ class InspectorFeature:
 
     id = FEATURE_ID
 
+    # long because: builds the dock's widgets, layout and connections in the order they appear on screen
     def __init__(self, workspace: Workspace, host: Host) -> None:
         self.workspace = workspace
         self.host = host
@@ -101,12 +103,12 @@ class InspectorFeature:
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
-        header.setStretchLastSection(False)
+        # Every column as wide as its words, the table scrolling sideways in a narrow dock: a stretched Method
+        # column and a 60 px Note showed "register_forw" and "ethe". The ✕ column takes what is left.
+        header.setStretchLastSection(True)
         header.setMinimumSectionSize(24)
-        header.setSectionResizeMode(METHOD, QHeaderView.ResizeMode.Stretch)
-        for column in (MODULE, KIND, ROLE, REMOVE):
+        for column in (MODULE, KIND, METHOD, ROLE, NOTE):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-        header.resizeSection(NOTE, 60)
         self.table.verticalHeader().setDefaultSectionSize(24)
         self.table.itemSelectionChanged.connect(self._show_code)
 
@@ -240,7 +242,7 @@ class InspectorFeature:
         row_to_select = -1
         for row, info in enumerate(self.infos):
             note = info.label if info.edit_id is not None else info.note
-            cells = (info.path or "(model)", info.kind, info.method, info.reads_or_edits, note)
+            cells = (info.path or "(model)", word_of(info.kind), info.method, info.reads_or_edits, note)
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 tip = YOURS_WHY if info.yours else why_text(info)

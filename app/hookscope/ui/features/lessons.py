@@ -31,6 +31,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QPushButton,
+    QScrollArea,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -41,7 +43,10 @@ from hookscope.core.common.resources import resource
 from hookscope.core.engine.hooks import HookInfo, HookRegistry
 from hookscope.core.models.images import Preprocess, read_image
 from hookscope.core.pictures.panels import KIND_LABELS
-from hookscope.core.teaching.lessons import LESSONS, AppSetup, Lesson, LessonResult, Picks, lesson, model_code_for, plan
+from hookscope.core.teaching.lessons import LESSONS, lesson
+from hookscope.core.teaching.lessons.base import AppSetup, Lesson, LessonResult
+from hookscope.core.teaching.lessons.networks import model_code_for
+from hookscope.core.teaching.lessons.plan import Picks, plan
 from hookscope.ui.actions.specs import ActionSpec
 from hookscope.ui.host import DockSpec, Host
 from hookscope.ui.state.tasks import Task
@@ -51,6 +56,7 @@ from hookscope.ui.widgets.code_view import code_view, notice_label
 FEATURE_ID = "lessons"
 DOCK_ID = "lessons"
 SHOW_ACTION = "help.lessons"
+LIST_MIN_WIDTH = 220  # px: the lessons' titles readable beside the lesson
 DEFAULT_IMAGE_B = "coffee.png"  # image B of the mixup lesson when the window has none
 HOOK_NAMES = {
     "forward": "forward hook",
@@ -105,6 +111,7 @@ class LessonsFeature:
 
     id = FEATURE_ID
 
+    # long because: builds the dock's widgets, layout and connections in the order they appear on screen
     def __init__(self, workspace: Workspace, host: Host) -> None:
         self.workspace = workspace
         self.host = host
@@ -169,15 +176,17 @@ class LessonsFeature:
         self.copy_button.clicked.connect(self.copy_snippet)
         self.copy_button.setEnabled(False)
 
-        # One column that the dock scrolls as a whole: every part keeps the height it needs to be read.
-        self.list.setMinimumHeight(self.list.sizeHintForRow(0) * len(LESSONS) + 2 * self.list.frameWidth() + 4)
-        self.code.setMinimumHeight(220)
+        # The list beside the lesson, each scrolling on its own (the dock is wide and short: under the cards, 250 px
+        # tall in a 1366x768 window). One column that the dock scrolled as a whole put the lesson below the fold
+        # under the list, and the list, the code and the dock each had a scroll bar of their own.
+        self.code.setMinimumHeight(120)
+        self.code.textChanged.connect(self._fit_code)
         copy_row = QHBoxLayout()
         copy_row.addWidget(self.copy_button)
         copy_row.addStretch(1)
-        layout = QVBoxLayout(self.widget)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.list)
+        lesson = QWidget()
+        layout = QVBoxLayout(lesson)
+        layout.setContentsMargins(4, 0, 4, 4)
         layout.addWidget(self.title)
         layout.addWidget(self.text)
         layout.addLayout(buttons)
@@ -185,11 +194,31 @@ class LessonsFeature:
             layout.addWidget(widget)
         layout.addLayout(copy_row)
         layout.addStretch(1)
+        self.lesson_area = QScrollArea()
+        self.lesson_area.setWidgetResizable(True)
+        self.lesson_area.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.lesson_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.lesson_area.setWidget(lesson)
+        self.list.setMinimumWidth(LIST_MIN_WIDTH)
+        # titles end in "…" where the list is narrow (the whole title in the tooltip), never a sideways scroll
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        for row in range(self.list.count()):
+            self.list.item(row).setToolTip(self.list.item(row).text())
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, self.widget)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.list)
+        self.splitter.addWidget(self.lesson_area)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 3)
+        outer = QVBoxLayout(self.widget)
+        outer.setContentsMargins(4, 4, 4, 4)
+        outer.addWidget(self.splitter)
 
         self.dock = host.add_dock(
             # With the side views under the cards: as wide as the card area (>= 480 px in a 1024 px window), where
-            # the right column left the text 230 px.
-            DockSpec(DOCK_ID, "Learn the hooks", area="bottom", visible=False),
+            # the right column left the text 230 px. Not in the dock's own scroll area: the two halves scroll.
+            DockSpec(DOCK_ID, "Learn the hooks", area="bottom", visible=False, scroll=False),
             self.widget,
         )
         # Closing the dock (its ✕, or View > Learn the hooks) leaves the lesson; floating it, or another tab in front
@@ -405,6 +434,14 @@ class LessonsFeature:
         self.copy_button.setEnabled(True)
         used = ", ".join(f"{role}: {path}" for role, path in result.paths.items())
         self.status.setText(self._described + (f" Modules used: {used}." if used else ""))
+
+    def _fit_code(self) -> None:
+        """The code box as tall as its code: the lesson's side is the one thing that scrolls (a 220 px box of its
+        own scrolled inside it)."""
+        lines = max(1, self.code.document().blockCount())
+        bar = self.code.horizontalScrollBar().sizeHint().height()
+        frame = 2 * self.code.frameWidth() + 2 * int(self.code.document().documentMargin())
+        self.code.setMinimumHeight(max(120, lines * self.code.fontMetrics().lineSpacing() + bar + frame))
 
     def _fit_table(self) -> None:
         """As tall as its rows: the dock scrolls, the table never does."""

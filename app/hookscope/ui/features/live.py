@@ -25,7 +25,7 @@ import time
 from PIL import Image
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QVBoxLayout, QWidget
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.hooks import OUTPUT_GRADIENT_KINDS
@@ -35,7 +35,7 @@ from hookscope.core.live.video import (
     LatestFrame,
     VideoSource,
     list_cameras,
-    no_camera_line,
+    no_camera_error,
     open_camera,
     open_video,
 )
@@ -44,8 +44,13 @@ from hookscope.ui.actions.specs import ActionSpec
 from hookscope.ui.host import Host
 from hookscope.ui.state.requests import ImageSource, RunOutcome
 from hookscope.ui.state.workspace import Workspace
+from hookscope.ui.widgets.disposal import dispose
+from hookscope.ui.widgets.wrapped_label import WrappedLabel
+from hookscope.ui.words import window_words
 
 RECORD_FILTER = "MP4 video (*.mp4);;AVI video, MJPG (*.avi)"
+RECORD_TITLE = "Record what is seen"
+TITLE_ROOM = 160  # px beside a dialog's title: the window manager's icon and buttons
 VIDEO_FILTER = "Videos (" + " ".join(f"*{suffix}" for suffix in sorted(VIDEO_SUFFIXES)) + ");;All files (*)"
 # The newest frame is asked for when a run ends and taken when the reader says it put one (``frame_ready``);
 # this slow timer is only a safety net. A 5 ms poll woke the GUI thread 200 times a second beside the model's two
@@ -59,19 +64,29 @@ DUE_WAIT_S = 0.01
 
 
 class VideoBar(QWidget):
-    """Under the input while a video file plays: a slider over its frames and which frame is on screen."""
+    """Under the input while a video or camera plays: whether it plays or is frozen (the status bar's rates stop
+    while it is), and for a file a slider over its frames and which frame is on screen."""
+
+    under_image = True  # the input panel puts it right under the picture, in sight in a short dock
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("videoBar")
+        self.state = WrappedLabel("")  # wrapped: one long line widened the Input dock into a sideways scroll
+        self.state.setObjectName("videoState")
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setToolTip("Drag to any frame of the video (it freezes there; Space plays on from it)")
         self.label = QLabel("")
         self.label.setObjectName("muted")
-        layout = QHBoxLayout(self)
+        line = QHBoxLayout()
+        line.setContentsMargins(0, 0, 0, 0)
+        line.addWidget(self.slider, 1)
+        line.addWidget(self.label)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 0)
-        layout.addWidget(self.slider, 1)
-        layout.addWidget(self.label)
+        layout.setSpacing(2)
+        layout.addWidget(self.state)
+        layout.addLayout(line)
         self.setVisible(False)
 
     def show_frame(self, index: int, count: int | None) -> None:
@@ -79,6 +94,11 @@ class VideoBar(QWidget):
         self.slider.setValue(index)
         self.slider.blockSignals(False)
         self.label.setText(f"frame {index}" + (f" / {count - 1}" if count else ""))
+
+    def show_state(self, frozen: bool, is_file: bool) -> None:
+        steps = "; . and , step" if is_file else ""
+        # words, no pause sign: the usual fonts of a Linux desktop lack one (it showed as a box at 1024x700)
+        self.state.setText(f"Frozen on this frame (Space plays{steps})" if frozen else "▶ Playing (Space freezes)")
 
 
 class LiveFeature(QObject):
@@ -118,25 +138,39 @@ class LiveFeature(QObject):
         workspace.on_shutdown(self.shutdown)
 
     def _action_specs(self) -> list[ActionSpec]:
+        # greyed in File while they cannot act (asked as the menu opens)
+        playing, a_file, recording = self._open, self._playing_a_file, self._recording
         return [
             ActionSpec("file.open_video", "Open video…", "File", self.open_video_dialog, group=16, order=10,
                        tooltip="Play a video file through the hooks: the panels follow its frames"),
             ActionSpec("file.open_camera", "Open camera…", "File", self.open_camera_dialog, group=16, order=20,
                        tooltip="Run a camera's frames through the hooks"),
             ActionSpec("file.live_freeze", "Freeze / resume the video (Space)", "File", self.toggle_freeze, group=16,
-                       order=30, tooltip="Keep the frame on screen to work on it as on an image; again to resume"),
+                       order=30, tooltip="Keep the frame on screen to work on it as on an image; again to resume",
+                       enabled=playing),
             ActionSpec("file.live_next_frame", "Next frame of the video (.)", "File", self.next_frame, group=16,
-                       order=35, tooltip="Freeze the video and show its next frame; again for the one after"),
+                       order=35, tooltip="Freeze the video and show its next frame; again for the one after",
+                       enabled=a_file),
             ActionSpec("file.live_previous_frame", "Previous frame of the video (,)", "File", self.previous_frame,
-                       group=16, order=36, tooltip="Freeze the video and show the frame before the one on screen"),
+                       group=16, order=36, tooltip="Freeze the video and show the frame before the one on screen",
+                       enabled=a_file),
             ActionSpec("file.live_record", "Record what is seen…", "File", self.record_dialog, group=16, order=37,
                        tooltip="Write the frames as they come on screen to a video file, with one module's panel or "
-                       "Grad-CAM beside the input"),
+                       "Grad-CAM beside the input", enabled=playing),
             ActionSpec("file.live_stop_recording", "Stop recording", "File", self.stop_recording, group=16, order=38,
-                       tooltip="Close the recording: the video file is complete and playable"),
+                       tooltip="Close the recording: the video file is complete and playable", enabled=recording),
             ActionSpec("file.live_stop", "Close the video or camera", "File", self.stop, group=16, order=40,
-                       tooltip="Stop the video or camera; the last frame's results stay"),
+                       tooltip="Stop the video or camera; the last frame's results stay", enabled=playing),
         ]  # fmt: skip
+
+    def _open(self) -> bool:
+        return self.stream is not None
+
+    def _playing_a_file(self) -> bool:
+        return self.stream is not None and self.stream.source.info.kind == "video"
+
+    def _recording(self) -> bool:
+        return self.recorder is not None
 
     # ---- public ---------------------------------------------------------------------------------------------
     @property
@@ -181,7 +215,7 @@ class LiveFeature(QObject):
     def open_camera_dialog(self) -> None:
         cameras = list_cameras()
         if not cameras:
-            self.host.show_error(no_camera_line().replace(" (--video FILE)", " (File > Open video…)"))
+            self.host.show_error(window_words(no_camera_error()))
             return
         choice = 0 if len(cameras) == 1 else self.ask_camera([camera.name for camera in cameras])
         if choice is not None:
@@ -200,8 +234,9 @@ class LiveFeature(QObject):
             (self.stream.pause if self.frozen else self.stream.resume)()
         name = self.stream.source.info.name
         steps = "'.' steps to the next frame, " if is_file else ""
+        self.bar.show_state(self.frozen, is_file)
         self.host.show_status(f"{name}: frozen on this frame ({steps}Space resumes)." if self.frozen
-                              else f"{name}: playing.", 4000)  # fmt: skip
+                              else f"{name}: playing.", 0 if self.frozen else 4000)  # fmt: skip
 
     def next_frame(self) -> None:
         """While a video is frozen: show its next frame (frozen on it)."""
@@ -245,9 +280,21 @@ class LiveFeature(QObject):
 
     def ask_record_view(self, names: list[str]) -> int | None:
         """Which view to record beside the input (tests replace this question); its position in ``names``."""
-        name, ok = QInputDialog.getItem(self.host.dialog_parent(), "Record what is seen", "Beside the input:", names,
-                                        0, False)  # fmt: skip
-        return names.index(name) if ok else None
+        dialog = QInputDialog(self.host.dialog_parent())
+        dialog.setWindowTitle(RECORD_TITLE)
+        dialog.setLabelText("Beside the input:")
+        dialog.setComboBoxItems(names)
+        dialog.setComboBoxEditable(False)
+        # wide enough for the window manager to show the whole title (it was "Record wh...Hookscope")
+        # (the dialog's own layout fixes its size to its contents: the choice box is what is widened)
+        title = dialog.fontMetrics().horizontalAdvance(f"{RECORD_TITLE} — Hookscope")
+        for box in dialog.findChildren(QComboBox):
+            box.setMinimumWidth(title + TITLE_ROOM)
+        try:
+            ok = dialog.exec() == QInputDialog.DialogCode.Accepted
+            return names.index(dialog.textValue()) if ok else None
+        finally:
+            dispose(dialog)
 
     def ask_record_path(self) -> str | None:
         """The video file to write (tests replace this question)."""
@@ -264,12 +311,23 @@ class LiveFeature(QObject):
         if not choices:
             self.host.show_error("Nothing to record beside the input: tick a module's Act or Grad first.")
             return
-        choice = self.ask_record_view([view.describe() for view in choices])
-        if choice is None:
-            return
-        path = self.ask_record_path()
-        if path:
-            self.start_recording(path, choices[choice])
+        # A file waits while the two questions are asked (a camera cannot): it used to play on and could end
+        # before the answers, and then nothing was recorded. It plays on from there once the recording is set up.
+        paused = self.stream.source.info.kind == "video" and not self.frozen
+        if paused:
+            self.toggle_freeze()
+        try:
+            choice = self.ask_record_view([view.describe() for view in choices])
+            path = self.ask_record_path() if choice is not None else None
+            if path and choice is not None:
+                if self.stream is None:  # a camera unplugged meanwhile, or the source failed
+                    self.host.show_error("The video or camera closed while the recording was being set up: "
+                                         "nothing was recorded.")  # fmt: skip
+                else:
+                    self.start_recording(path, choices[choice])
+        finally:
+            if paused and self.stream is not None and self.frozen:
+                self.toggle_freeze()
 
     def start_recording(self, path: str | os.PathLike, view: SeenView) -> bool:
         """Record from the next run on screen: the input with ``view`` beside it, at the source's frame rate."""
@@ -308,7 +366,7 @@ class LiveFeature(QObject):
         self.bar.setVisible(False)
         for key in self._keys:
             key.setEnabled(False)
-            key.deleteLater()
+            dispose(key)
         self._keys = []
         if self.stream is not None:
             self.stream.close()
@@ -342,7 +400,11 @@ class LiveFeature(QObject):
             self.bar.slider.setValue(0)
             self.bar.slider.blockSignals(False)
             self.bar.label.setText("")
-            self.bar.setVisible(bool(count))  # a file of unknown length gets no slider
+        has_slider = source.info.kind == "video" and bool(source.info.frame_count)  # unknown length: no slider
+        self.bar.slider.setVisible(has_slider)
+        self.bar.label.setVisible(has_slider)
+        self.bar.show_state(False, source.info.kind == "video")
+        self.bar.setVisible(True)
         self.current_index = None
         for key, action in keys:
             shortcut = QShortcut(QKeySequence(key), self.host.dialog_parent())
@@ -411,7 +473,7 @@ class LiveFeature(QObject):
             QTimer.singleShot(0, self, self._show_rates)
 
     def _show_rates(self) -> None:
-        if self.stream is not None and self._rates:
+        if self.stream is not None and self._rates and not self.frozen:  # frozen: the status says so and stays
             recording = f"; recording to {self.recorder.path}" if self.recorder is not None else ""
             self.host.show_status(self._rates + recording, 2000)
 

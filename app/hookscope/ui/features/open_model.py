@@ -6,7 +6,7 @@ factory runs code and so needs the user's explicit trust (``trust_dialog``: the 
 would import, Cancel being the default), TorchScript and files that are none of these are refused with the reason.
 Every question goes through one ``ask_*`` method, so tests answer it without a modal dialog.
 
-Loading is ``hookscope.core.engine.pipeline.open_model`` on the workspace's worker (``Workspace.load_model_with``), like any
+Loading is ``hookscope.core.models.source.open_model`` on the workspace's worker (``Workspace.load_model_with``), like any
 model switch: the ticks carry over where their paths exist, and a failure keeps the previous model.
 """
 
@@ -21,10 +21,10 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.models.catalogue import default_categories
 from hookscope.core.models.files import MODEL_FILE_SUFFIXES, ArchitectureRequired, TrustRequired, split_factory
 from hookscope.core.models.loaded import LoadedModel
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.ui.actions.specs import ActionSpec
 from hookscope.ui.dialogs.architecture_dialog import ArchitectureFit, architectures_that_fit, ask_architecture
 from hookscope.ui.dialogs.trust_dialog import ask_trust
@@ -210,7 +210,7 @@ class ModelFilesFeature(QObject):
             QTimer.singleShot(0, lambda: self._answer_trust(source, error))
             return True
         if isinstance(error, HookscopeError):
-            message = window_words(str(error))
+            message = window_words(error)
             self.host.show_error(message)
             self.refused.emit(message)
             return True

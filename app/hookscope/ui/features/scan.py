@@ -1,5 +1,5 @@
 """What excites a channel, in the window: File ▸ Scan a folder… scans every module whose activations are ticked over
-a folder of images (``hookscope.core.scan.scanner``); afterwards, the channel the Channel view shows gets its top images from the
+a folder of images (``hookscope.core.scan.run``); afterwards, the channel the Channel view shows gets its top images from the
 whole folder, in a dock under it. Click one to open that image as image A.
 
 The scan never touches the live model the workspace runs. A deep copy of the model, without any of its hooks (the
@@ -21,6 +21,7 @@ over the whole folder (the scan's statistics), highest first (the workspace's ``
 
 from __future__ import annotations
 
+import html
 import os
 from dataclasses import replace
 from functools import partial
@@ -47,22 +48,27 @@ from hookscope.core.models.loaded import LoadedModel
 from hookscope.core.outputs.batch import find_images
 from hookscope.core.pictures.panels import PanelPicture
 from hookscope.core.pictures.views import sort_order
-from hookscope.core.scan.results import SCAN_FILE, PatchReader, read_scan, write_scan
-from hookscope.core.scan.scanner import (
-    ScanProgress,
+from hookscope.core.scan.boxes import channel_boxes
+from hookscope.core.scan.model_copy import copy_without_hooks
+from hookscope.core.scan.results import (
+    SCAN_FILE,
+    PatchReader,
     ScanResult,
     ScanSettings,
     TopImage,
-    channel_boxes,
-    copy_without_hooks,
+    read_scan,
+    shown_name,
+    write_scan,
 )
-from hookscope.core.scan.scanner import scan_images as run_scan_images
+from hookscope.core.scan.run import ScanProgress
+from hookscope.core.scan.run import scan_images as run_scan_images
 from hookscope.ui.actions.specs import ActionSpec
 from hookscope.ui.dialogs.folders import last_folder, remember_folder
 from hookscope.ui.host import DockSpec, Host
 from hookscope.ui.state.requests import LoadOutcome
 from hookscope.ui.state.tasks import Task
 from hookscope.ui.state.workspace import Workspace, error_text
+from hookscope.ui.widgets.disposal import dispose
 
 FEATURE_ID = "scan"
 DOCK_ID = "scan"
@@ -112,7 +118,7 @@ class ScanFeature(QObject):
         self.progressed.connect(self._on_progress)
         workspace.model_changed.connect(self._on_model_changed)
         workspace.on_shutdown(self.shutdown)
-        workspace.session_parts["scan"] = (self.save_with_session, self.restore_from_session)
+        workspace.add_session_part("scan", self.save_with_session, self.restore_from_session)
 
     # ---- the dock ------------------------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -120,6 +126,7 @@ class ScanFeature(QObject):
         self.title = QLabel(PROMPT)
         self.title.setObjectName("panelTitle")
         self.title.setWordWrap(True)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)  # a folder named <b>… is shown as named
         self.progress = QProgressBar()
         self.progress.setVisible(False)
         self.cancel_button = QPushButton("Cancel")
@@ -142,6 +149,7 @@ class ScanFeature(QObject):
         self.stats = QLabel("")
         self.stats.setObjectName("muted")
         self.stats.setWordWrap(True)
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
         layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
@@ -461,10 +469,9 @@ class ScanFeature(QObject):
 
     def _clear_strip(self) -> None:
         self.entries = []
-        # By the buttons themselves, not takeAt() (a Python wrapper over a layout item Qt frees: panel_area.py).
+        # By the buttons themselves, not takeAt() (a Python wrapper over a layout item Qt frees: disposal.py).
         for button in self._strip_buttons:
-            self.strip.removeWidget(button)
-            button.deleteLater()
+            dispose(button)
         self._strip_buttons = []
 
     def _show_patches(self, path: str, channel: int, entries: list[TopImage], patches: list[np.ndarray]) -> None:
@@ -479,8 +486,8 @@ class ScanFeature(QObject):
             button.setAutoRaise(True)
             image = result.images[entry.image]
             where = "the whole image" if entry.box is None else f"the region {entry.box} it sees"
-            button.setToolTip(f"{Path(image).name}\nscore {entry.score:.4g}, maximum at (y {entry.y}, x {entry.x}); "
-                              f"showing {where}\nClick to open it as image A")  # fmt: skip
+            button.setToolTip(_rich_tip(f"{shown_name(image)}\nscore {entry.score:.4g}, maximum at (y {entry.y}, "
+                                        f"x {entry.x}); showing {where}\nClick to open it as image A"))  # fmt: skip
             button.setObjectName(f"scan_patch_{rank}")
             button.clicked.connect(partial(self.open_image, entry.image))
             self.strip.insertWidget(rank, button)
@@ -518,6 +525,12 @@ class ScanFeature(QObject):
         bounded time: the scan stops at its next batch."""
         self._closing = True
         self._cancel = True
+
+
+def _rich_tip(text: str) -> str:
+    """Plain ``text`` as a tooltip that shows it as written: Qt takes a tooltip that looks like markup (a file named
+    ``<b>x</b>.png``) as rich text, so it is always given as rich text, escaped."""
+    return "<qt>" + html.escape(text).replace("\n", "<br>") + "</qt>"
 
 
 def _qimage(pixels: np.ndarray) -> QImage:

@@ -21,11 +21,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.vocabulary import SHOWN_AS
 from hookscope.core.engine.devices import available_devices
-from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.engine.tree import ModelSurvey
 from hookscope.core.models.files import TrustRequired
 from hookscope.core.models.loaded import LoadedModel
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.outputs.export import write_run
 from hookscope.core.outputs.session import (
     KNOWN_KINDS,
@@ -56,9 +57,9 @@ SESSION_FILTER = f"Hookscope session (*{SESSION_SUFFIX} *.json);;All files (*)"
 # The tree's In, Act, Grad and Grad in columns tick "pre", "forward", "tensor" and "grad_input". The Grad column was
 # a full backward hook ("backward") until it became a tensor hook on the output ("tensor"). Both record the gradient
 # of the module's output (they differ only under a scale-grad edit on the same module, which the tensor hook sees),
-# so a session saved with a "backward" tick, by an older window or by `hookscope export --hooks backward`, opens with
-# the Grad column ticked and that panel's settings carried over, without a problem line.
-WINDOW_KIND_OF = {"backward": "tensor"}
+# so a session saved with a "backward" tick, by an older window or by `hookscope export --hooks grad_out`, opens with
+# the Grad column ticked and that panel's settings carried over, without a problem line (the vocabulary's SHOWN_AS).
+WINDOW_KIND_OF = SHOWN_AS
 KEPT_MODEL = "The model on screen was kept."
 
 
@@ -172,7 +173,7 @@ class SessionFilesFeature(QObject):
             images.append(shown)
             if space.image_b is not None and space.image_b.path:
                 images.append(space.image_b.path)
-        ui = {**panels_ui(space.default_settings, space.settings), "image_list": list(space.queue.paths)}
+        ui = {**panels_ui(space.default_settings, space.settings), "image_list": list(space.image_list)}
         default = space.default_settings
         return session_from(
             loaded, hooks, images, device=space.device, target=space.target, edits=edit_specs(registry),
@@ -264,7 +265,7 @@ class SessionFilesFeature(QObject):
             QTimer.singleShot(0, lambda: self._answer_trust(session, problems, error))
             return True
         if isinstance(error, HookscopeError):
-            line = f"The session's model could not be loaded: {window_words(str(error))}"
+            line = f"The session's model could not be loaded: {window_words(error)}"
             QTimer.singleShot(0, lambda: self._apply_rest(session, problems + [line, KEPT_MODEL]))
             return True
         return False  # a bug: the workspace shows it, with its traceback on stderr

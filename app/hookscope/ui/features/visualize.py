@@ -134,6 +134,7 @@ class VisualizeFeature(QObject):
         self._fill_modules()
 
     # ---- the dock ------------------------------------------------------------------------------------------------
+    # long because: builds the dialog's widgets, layout and connections in the order they appear on screen
     def _build(self) -> None:
         self.widget = QWidget()
         self.title = QLabel(PROMPT)

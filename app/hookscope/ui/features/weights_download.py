@@ -29,17 +29,12 @@ import torchvision
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton, QVBoxLayout
 
-from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.common.errors import DownloadCancelled
 from hookscope.core.models import hub as hub_models
-from hookscope.core.models.catalogue import TIMM_PREFIX, default_weights_file
-from hookscope.core.models.loaded import LoadedModel
-from hookscope.core.models.weights import (
-    WEIGHTS_URL_ENV,
-    DownloadCancelled,
-    checkpoints_dir,
-    download_weights,
-    is_cached,
-)
+from hookscope.core.models.catalogue import default_weights_file
+from hookscope.core.models.loaded import TIMM_PREFIX, LoadedModel
+from hookscope.core.models.source import ModelSource, open_model
+from hookscope.core.models.weights import WEIGHTS_URL_ENV, checkpoints_dir, download_weights, is_cached
 from hookscope.ui.host import Host
 from hookscope.ui.state.requests import LoadOutcome
 from hookscope.ui.state.tasks import Task
@@ -296,7 +291,7 @@ class WeightsDownloadFeature(QObject):
         if name == self._hub_load:  # already on its way (Enter in the box comes as two signals)
             return
         weights = self.workspace.weights if self.workspace.weights in ("default", "none") else "default"
-        self.workspace.weights = weights
+        self.workspace.set_weights(weights, reload=False)  # the Hub model's load below uses them
         self._hub_load, self._hub_cancel = name, False
         self._show_idle()
         self.sentence.setText(f"Opening {name} from the Hugging Face Hub…")

@@ -19,11 +19,12 @@ from PIL import Image
 from hookscope.core.engine.capture import RunCancelled, RunResult
 from hookscope.core.engine.hooks import HookRegistry, Record
 from hookscope.core.engine.objectives import with_reference
-from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.engine.run import run_image
+from hookscope.core.engine.target_words import Objective
 from hookscope.core.engine.tree import ModuleInfo, module_tree
 from hookscope.core.models.images import read_image
 from hookscope.core.models.loaded import LoadedModel
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.core.pictures.ab import Comparison, compare_runs
 from hookscope.core.pictures.display import saliency_map
 from hookscope.core.pictures.panels import PanelPicture, PanelSettings, prepare_pictures
@@ -97,7 +98,7 @@ class RunRequest:
     registry: HookRegistry
     image: ImageSource
     device: str
-    target: int | str
+    target: Objective
     settings: Mapping[tuple[str, str], PanelSettings]
     default_settings: PanelSettings
     others: tuple[ImageSource, ...] = ()  # the other images the enabled mix edits blend in (read in the worker)
@@ -117,7 +118,7 @@ class RunRequest:
         registry: HookRegistry,
         image: ImageSource,
         device: str,
-        target: int | str,
+        target: Objective,
         settings: Mapping[tuple[str, str], PanelSettings],
         default_settings: PanelSettings,
         *,

@@ -112,18 +112,18 @@ class _PoolRun:
     ended_seen = False  # the keeper's sweep has seen ``ended`` once
 
     def run(self: Any) -> None:  # on a pool thread
-        self.started.emit()
+        _emit(self.started)
         self._running = True
         try:
             result = self.work()
             if isinstance(result, Exception):  # a generator's RuntimeError, handed back by GeneratorWorker.work
                 raise result
             if not self.abort_requested:
-                self.returned.emit(result)
+                _emit(self.returned, result)
         except Exception as exc:  # noqa: BLE001  (it goes to the errored signal, as superqt's run does)
-            self.errored.emit(exc)
+            _emit(self.errored, exc)
         self._running = False
-        self.finished.emit()
+        _emit(self.finished)
         self.ended = True
 
     def empty(self: Any) -> None:
@@ -141,6 +141,16 @@ class PoolWorker(_PoolRun, FunctionWorker):
 class PoolGeneratorWorker(_PoolRun, GeneratorWorker):
     """superqt's ``GeneratorWorker`` (each ``yield`` of the work comes out of ``yielded``; ``quit()`` stops it at the
     next one) with ``_PoolRun``'s ``run``, started by ``start_worker`` only."""
+
+
+def _emit(signal: Any, *args: object) -> None:
+    """Emit a worker's signal from its pool thread; nothing when the window has closed meanwhile. A closed window
+    deletes the signals object while work it could not wait for (a Hub download) still runs: the emit would raise
+    "Signal source has been deleted", and Qt would print it at exit. Nobody is listening then."""
+    try:
+        signal.emit(*args)
+    except RuntimeError:
+        pass
 
 
 def _done() -> None:

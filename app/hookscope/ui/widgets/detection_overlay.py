@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, Qt, Signal
@@ -93,7 +94,7 @@ class BoxItem(QGraphicsRectItem):
         self.text.setParentItem(self)
         self.text.setPos(box.x0, box.y0)
 
-    def mouseClickEvent(self, event) -> None:  # noqa: N802 (pyqtgraph's name)
+    def mouseClickEvent(self, event: Any) -> None:  # noqa: N802 (pyqtgraph's name)
         if event.button() == Qt.MouseButton.LeftButton:
             event.accept()
             self._overlay.box_chosen.emit(self.box.number)

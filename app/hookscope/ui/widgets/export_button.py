@@ -20,8 +20,7 @@ from PySide6.QtCore import QObject, Qt, SignalInstance
 from PySide6.QtWidgets import QFileDialog, QMenu, QStyle, QToolButton, QWidget
 
 from hookscope.core.common.errors import HookscopeError
-from hookscope.core.outputs.export import file_stem
-from hookscope.core.outputs.panel_export import PANEL_EXPORTS, PanelExport
+from hookscope.core.outputs.panel_export import PANEL_EXPORTS, PanelExport, panel_file_stem
 from hookscope.core.pictures.panels import PanelPicture
 from hookscope.ui.state.settings import app_settings
 
@@ -75,7 +74,7 @@ class PanelExporter(QObject):
     def fill_menu(self, menu: QMenu) -> None:
         menu.clear()
         picture = self.panel.picture
-        stem = f"{file_stem(self.panel.key or 'model')}_{self.panel.kind}"
+        stem = panel_file_stem(self.panel.key, self.panel.kind)  # layer1.0.conv1_gradients: the vocabulary's
         channel = self.selected_channel
         section: int | None = None
         for spec in PANEL_EXPORTS:

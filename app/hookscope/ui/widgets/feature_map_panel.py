@@ -12,6 +12,7 @@ colour legend's note elides. The wheel scrolls the page of panels; Ctrl+wheel zo
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -149,6 +150,7 @@ class FeatureMapPanel(QFrame):
     settings_changed = Signal(str, str, object)  # path, kind, PanelSettings
     channel_menu_requested = Signal(object, int, object)  # the picture, the channel, the global QPoint: right-click
 
+    # long because: builds the panel's widgets, layout and connections in the order they appear on screen
     def __init__(self, path: str, kind: str, key: str, settings: PanelSettings, parent: QWidget | None = None):
         super().__init__(parent)
         self.path, self.kind, self.key = path, kind, key
@@ -171,6 +173,12 @@ class FeatureMapPanel(QFrame):
         chip.setObjectName("kindChip")
         chip.setStyleSheet(f"background: {KIND_COLORS.get(kind, '#666')};")
         chip.setToolTip(KIND_TIPS.get(kind, ""))
+        # Never squeezed under its words and padding: in a 240 px panel the layout pressed "Output gradients" into
+        # the Export icon beside it (the title, elided, gives way instead).
+        chip.ensurePolished()
+        chip.setMinimumWidth(chip.sizeHint().width())
+        chip.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.chip = chip
         close = QToolButton()
         close.setObjectName("closePanel")
         close.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -592,7 +600,7 @@ class FeatureMapPanel(QFrame):
             f"channel {channel} · {what} {value:.4g} · channel mean {float(self.picture.channels.data[channel].mean()):.4g}"
         )
 
-    def _on_mouse_clicked(self, event) -> None:  # pyqtgraph's MouseClickEvent
+    def _on_mouse_clicked(self, event: Any) -> None:  # pyqtgraph's MouseClickEvent
         if event.button() == Qt.MouseButton.RightButton:
             hit = self.channel_at(event.scenePos())
             if hit is not None and self.picture is not None:

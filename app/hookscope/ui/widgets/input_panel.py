@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
-    QCheckBox,
     QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from hookscope.core.common.resources import colormap_lut
+from hookscope.ui.widgets.check_box import ThemedCheckBox
 from hookscope.ui.widgets.detection_overlay import DetectionOverlay
 from hookscope.ui.widgets.segmentation_legend import MASK_OPACITY
 
@@ -32,17 +33,12 @@ Region = tuple[int, int, int, int]  # x0, y0, x1, y1 in input pixels (x1, y1 exc
 
 
 class SquareView(pg.GraphicsLayoutWidget):
-    """The input image's view asks for a square as wide as the dock (pyqtgraph asks for 640x480): in a short dock
-    that scrolls, the image then sits at the top instead of in the middle of a tall empty view."""
+    """The input image's view asks for a square (pyqtgraph asks for 640x480) but takes what the dock has left under
+    it: a view as tall as it is wide pushed the rows under it (the video's frame slider, the Input… button) below
+    the fold of a short dock (1366x768), so the image shrinks instead and every row stays in sight."""
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         return QSize(240, 240)
-
-    def hasHeightForWidth(self) -> bool:  # noqa: N802
-        return True
-
-    def heightForWidth(self, width: int) -> int:  # noqa: N802
-        return width
 
 
 def region_of(a: tuple[float, float], b: tuple[float, float], width: int, height: int) -> Region | None:
@@ -76,7 +72,7 @@ class InputViewBox(pg.ViewBox):
         self.rubber_band.setVisible(False)
         self.addItem(self.rubber_band, ignoreBounds=True)
 
-    def mouseDragEvent(self, event, axis=None) -> None:  # noqa: N802 (pyqtgraph's name)
+    def mouseDragEvent(self, event: Any, axis: int | None = None) -> None:  # noqa: N802 (pyqtgraph's name)
         if not self.regions_enabled or event.button() != Qt.MouseButton.LeftButton:
             event.ignore()
             return
@@ -129,7 +125,7 @@ class InputPanel(QWidget):
         self.saliency_item.setOpacity(0.75)
         self.saliency_item.setVisible(False)
         self._box.addItem(self.saliency_item)
-        self.saliency_box = QCheckBox("Show |∂ target / ∂ input|")
+        self.saliency_box = ThemedCheckBox("Show |∂ target / ∂ input|")
         self.saliency_box.setToolTip("How strongly each pixel changes the target score (gradient at the input)")
         self.saliency_box.toggled.connect(self.saliency_item.setVisible)
 
@@ -161,7 +157,7 @@ class InputPanel(QWidget):
         layout.addWidget(self.name)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.saliency_box)
-        self.mask_box = QCheckBox("Show the predicted mask")
+        self.mask_box = ThemedCheckBox("Show the predicted mask")
         self.mask_box.setToolTip("The segmentation model's predicted class of each pixel, a colour per class")
         self.mask_box.setChecked(True)
         self.mask_box.setVisible(False)
@@ -170,9 +166,27 @@ class InputPanel(QWidget):
         layout.addWidget(self._list_box)
         self._rows = layout
 
+    # The dock's scroll area sizes a panel whose rows wrap (height-for-width) to its preferred height, not its least:
+    # the image at its preferred 240 px pushed the rows under it below the fold. Preferred here is the image at its
+    # least, so the rows stay in sight and the image takes whatever height is left (its size policy expands).
+    def _image_gives(self) -> int:
+        return max(0, self.view.sizeHint().height() - self.view.minimumHeight())
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        hint = super().sizeHint()
+        return QSize(hint.width(), hint.height() - self._image_gives())
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 (Qt's name)
+        return super().heightForWidth(width) - self._image_gives()
+
     def add_row(self, widget: QWidget) -> None:
-        """A feature's row under the image (the video bar): below everything the panel has itself."""
-        self._rows.addWidget(widget)
+        """A feature's row: below everything the panel has itself, or right under the image for a row that says
+        ``under_image`` (the video's frame slider: at 1024x700 the rows below the image do not all fit, and the
+        slider was the one scrolled out of sight)."""
+        if getattr(widget, "under_image", False):
+            self._rows.insertWidget(self._rows.indexOf(self.view) + 1, widget)
+        else:
+            self._rows.addWidget(widget)
 
     def show_input(self, rgb: np.ndarray, saliency: np.ndarray | None, name: str) -> None:
         shape_changed = self.image_item.image is None or self.image_item.image.shape != rgb.shape

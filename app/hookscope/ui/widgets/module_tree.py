@@ -22,7 +22,9 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QBrush, QColor, QFont
 
-from hookscope.core.engine.hooks import FALLBACK, HookKind, HookRegistry
+from hookscope.core.common.vocabulary import TERMS_OF_KIND, HookKind
+from hookscope.core.engine.attention import AttentionSupport
+from hookscope.core.engine.hooks import FALLBACK, HookRegistry
 from hookscope.core.engine.tree import NOT_RUN_REASON, ModelSurvey, ModuleInfo
 from hookscope.core.pictures.panels import KIND_LABELS
 from hookscope.core.pictures.views import shape_text
@@ -30,7 +32,7 @@ from hookscope.core.teaching.snippets import kind_hook
 
 # The tick columns in the order the panels show the kinds: what goes in, what comes out, the gradient of what comes
 # out, the gradient of what goes in.
-NAME, INPUTS, ACTIVATIONS, GRADIENTS, GRAD_INPUTS, TYPE, PARAMS, SHAPE = range(8)
+NAME, INPUTS, ACTIVATIONS, GRADIENTS, GRAD_INPUTS, ATTENTION, TYPE, PARAMS, SHAPE = range(9)
 # Grad is a tensor hook on the output (exact after in-place ops and under a scale-grad edit on the same module);
 # register_full_backward_hook is kept for what only it gives: grad_input, the Grad in column. (The "backward" kind,
 # a full backward hook's grad_output, stays for the command line's --hooks; sessions that ticked it open as Grad.)
@@ -39,9 +41,17 @@ TICK_KINDS: dict[int, HookKind] = {
     ACTIVATIONS: "forward",
     GRADIENTS: "tensor",
     GRAD_INPUTS: "grad_input",
+    ATTENTION: "attention",  # only on attention modules; the view hides the column for a model without any
 }
 KIND_COLUMNS: dict[str, int] = {kind: column for column, kind in TICK_KINDS.items()}
-HEADERS = ("Module", "In", "Act", "Grad", "Grad in", "Type", "Params", "Output shape")
+HEADERS = (  # a tick column's header is the vocabulary's
+    "Module",
+    *(str(TERMS_OF_KIND[TICK_KINDS[column]].column) for column in (INPUTS, ACTIVATIONS, GRADIENTS, GRAD_INPUTS)),
+    str(TERMS_OF_KIND["attention"].column),
+    "Type",
+    "Params",
+    "Output shape",
+)
 # "Grad in" drawn on two lines: four tick columns and 90 px of names fit the Modules dock of a 1024 px window.
 HEADER_TEXTS = tuple(text.replace(" ", "\n") if column == GRAD_INPUTS else text for column, text in enumerate(HEADERS))
 HEADER_TIPS = {
@@ -88,6 +98,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._row_of: list[int] = []
         self._children_of: list[list[int]] = []
         self._registry: HookRegistry | None = None
+        self._attention: dict[str, AttentionSupport] = {}  # the attention modules: the Attn column's boxes
         self._survey: ModelSurvey | None = None
         self._model_name = ""
         self._texts: dict[int, tuple[str | None, ...]] = {}  # display text per node, per column
@@ -112,6 +123,7 @@ class ModuleTreeModel(QAbstractItemModel):
                     self._row_of[j] = len(self._children_of[i])
                     self._children_of[i].append(j)
         self._registry = registry
+        self._attention = registry.attention_modules()
         self._survey = None
         self._model_name = model_name
         self._texts = {}
@@ -138,6 +150,11 @@ class ModuleTreeModel(QAbstractItemModel):
     @property
     def registry(self) -> HookRegistry | None:
         return self._registry
+
+    @property
+    def has_attention(self) -> bool:
+        """Whether the model has attention modules (the Attn column is shown only then)."""
+        return bool(self._attention)
 
     @property
     def nodes(self) -> list[ModuleInfo]:
@@ -220,7 +237,7 @@ class ModuleTreeModel(QAbstractItemModel):
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return len(HEADERS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if orientation != Qt.Orientation.Horizontal:
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -233,11 +250,17 @@ class ModuleTreeModel(QAbstractItemModel):
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
         flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        if index.column() == ATTENTION:
+            support = self._attention.get(self._nodes[index.internalId()].path)
+            if support is None:
+                return flags  # no box: not an attention module
+            # A module whose weights cannot be read exactly keeps its box, disabled; the tooltip says why.
+            return flags | Qt.ItemFlag.ItemIsUserCheckable if support.capturable else Qt.ItemFlag.ItemIsSelectable
         if index.column() in TICK_KINDS:
             flags |= Qt.ItemFlag.ItemIsUserCheckable
         return flags
 
-    def data(self, index: Index, role: int = DISPLAY):
+    def data(self, index: Index, role: int = DISPLAY) -> object:
         # A tree paint asks every visible cell for several roles: plain int compares and cached text keep it fast.
         if not index.isValid():
             return None
@@ -247,7 +270,7 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == DISPLAY:
             return self._text_of(i)[column]
         if role == CHECK:
-            if column not in TICK_KINDS:
+            if column not in TICK_KINDS or (column == ATTENTION and self._nodes[i].path not in self._attention):
                 return None
             ticked = self._registry is not None and self._registry.has(self._nodes[i].path, TICK_KINDS[column])
             return CHECKED if ticked else UNCHECKED
@@ -273,6 +296,8 @@ class ModuleTreeModel(QAbstractItemModel):
     def setData(self, index: Index, value: object, role: int = Qt.ItemDataRole.EditRole) -> bool:
         if not index.isValid() or role != Qt.ItemDataRole.CheckStateRole or index.column() not in TICK_KINDS:
             return False
+        if not self.flags(index) & Qt.ItemFlag.ItemIsUserCheckable:
+            return False  # not an attention module, or one whose weights cannot be captured
         node = self._nodes[index.internalId()]
         kind, ticked = TICK_KINDS[index.column()], _is_checked(value)
         if self.is_ticked(node.path, kind) != ticked:
@@ -300,6 +325,14 @@ class ModuleTreeModel(QAbstractItemModel):
         lines = [node.path or "(the whole model)", node.type_name]
         if node.params:
             lines.append(f"{node.params:,} parameters")
+        if column == ATTENTION:
+            support = self._attention.get(node.path)
+            if support is None:
+                lines.append("Not an attention module: Attn is for the modules that compute attention weights")
+                return "\n".join(lines)
+            if not support.capturable:
+                lines.append(f"Attn cannot be ticked: {support.reason}.")
+                return "\n".join(lines)
         if column in TICK_KINDS and self._registry is not None:
             kind = TICK_KINDS[column]
             info = next((h for h in self._registry.handles() if h.path == node.path and h.kind == kind), None)

@@ -5,14 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from PySide6.QtCore import QAbstractItemModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, Qt, Signal
-from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPen, QResizeEvent
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QEvent,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    QRect,
+    QSize,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
     QLineEdit,
     QStyle,
     QStyledItemDelegate,
+    QStyleOptionHeader,
     QStyleOptionViewItem,
     QTreeView,
     QVBoxLayout,
@@ -21,6 +32,8 @@ from PySide6.QtWidgets import (
 
 from hookscope.ui.theme import ACCENT, MUTED
 from hookscope.ui.widgets.module_tree import (
+    ATTENTION,
+    HEADERS,
     KIND_COLUMNS,
     NAME,
     PARAMS,
@@ -67,6 +80,8 @@ class TickDelegate(QStyledItemDelegate):
         ticked = Qt.CheckState(state) == Qt.CheckState.Checked
         box = self.box_rect(fields.rect)
         painter.save()
+        if not index.flags() & Qt.ItemFlag.ItemIsEnabled:
+            painter.setOpacity(0.35)  # a box that cannot be ticked (Attn of a module whose weights cannot be read)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         if ticked:
             painter.fillRect(box, BOX_TICKED)
@@ -115,6 +130,53 @@ class TickDelegate(QStyledItemDelegate):
         )
 
 
+class TickHeader(QHeaderView):
+    """The tree's header. Where the dock is too narrow for the tick columns' titles side by side (a ViT's five
+    columns, Attn too, in a 1024 px window), the titles are written upwards, so that each tick column is only as
+    wide as its box and the names keep their width; the header grows as tall as the longest title."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        self.upright = False  # the tick columns' titles written upwards
+
+    def set_upright(self, upright: bool) -> None:
+        if upright != self.upright:
+            self.upright = upright
+            self.updateGeometry()  # the header's height follows sizeHint
+            self.viewport().update()
+
+    def upright_height(self) -> int:
+        """The height the upward titles need: the longest on one line ("Grad in"), and a margin."""
+        return max(self.fontMetrics().horizontalAdvance(HEADERS[c]) for c in KIND_COLUMNS.values()) + 12
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        if self.upright:
+            hint.setHeight(max(hint.height(), self.upright_height()))
+        return hint
+
+    def paintSection(self, painter: QPainter, rect: QRect, index: int) -> None:  # noqa: N802
+        if not self.upright or index not in KIND_COLUMNS.values():
+            super().paintSection(painter, rect, index)
+            return
+        option = QStyleOptionHeader()
+        self.initStyleOption(option)
+        fields: Any = option  # rect, section, text: fields PySide's type stubs leave out
+        fields.rect, fields.section, fields.text = rect, index, ""
+        # The style's CE_Header puts back the clip it found as a region, an empty one where there was none, which
+        # would clip away everything drawn after it: the painter's state is saved around it.
+        painter.save()
+        self.style().drawControl(QStyle.ControlElement.CE_Header, option, painter, self)  # the frame, no title
+        painter.restore()
+        painter.save()
+        painter.translate(rect.left(), rect.bottom())
+        painter.rotate(-90)  # x now runs up the section, y across it
+        painter.setPen(self.palette().color(QPalette.ColorRole.ButtonText))
+        painter.drawText(QRect(6, 0, rect.height() - 8, rect.width()),
+                         int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), HEADERS[index])  # fmt: skip
+        painter.restore()
+
+
 class ModuleTreeView(QWidget):
     """Filter box and tree; a right-click asks for the module's context menu (``menu_requested``)."""
 
@@ -130,6 +192,7 @@ class ModuleTreeView(QWidget):
         self.filter_box.setClearButtonEnabled(True)
         self.filter_box.textChanged.connect(self._on_filter)
         self.tree = QTreeView()
+        self.tree.setHeader(TickHeader(self.tree))
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
         self.tree.setIndentation(12)  # deep trees keep their names readable in a narrow dock
@@ -140,6 +203,8 @@ class ModuleTreeView(QWidget):
         for column in KIND_COLUMNS.values():
             self.tree.setItemDelegateForColumn(column, self.ticks)
         self.tree.customContextMenuRequested.connect(self._on_context_menu)
+        model.modelReset.connect(self.fit_type_column)  # a model loaded: its own type names
+        model.modelReset.connect(self._show_attention_column)
         header = self.tree.header()
         header.setStretchLastSection(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -148,10 +213,15 @@ class ModuleTreeView(QWidget):
         # The tick columns as narrow as their titles and check boxes allow, in whatever font ("Grad in" is on two
         # lines), so that in a 1024 px window the names keep 90 px beside all four.
         header.setMinimumSectionSize(16)
-        check = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_IndicatorWidth, None, self.tree) + 6  # the box
+        self.check = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_IndicatorWidth, None, self.tree) + 6
+        # Each tick column's width with its title written across (fit_name_column narrows them to the box, titles
+        # upwards, where they do not fit side by side).
+        self.tick_widths: dict[int, int] = {}
         for column in KIND_COLUMNS.values():
             self.tree.resizeColumnToContents(column)
-            header.resizeSection(column, max(header.sectionSize(column), check))
+            self.tick_widths[column] = max(header.sectionSize(column), self.check)
+            header.resizeSection(column, self.tick_widths[column])
+        self._show_attention_column()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.filter_box)
@@ -191,17 +261,51 @@ class ModuleTreeView(QWidget):
                 self.proxy.mapFromSource(self.model.index_of(paths[0])), QAbstractItemView.ScrollHint.PositionAtCenter
             )
 
+    def _show_attention_column(self) -> None:
+        """The Attn column only for a model with attention modules, as wide as its title (it was hidden, at no
+        width, when the other tick columns were fitted)."""
+        shown = self.model.has_attention
+        self.tree.setColumnHidden(ATTENTION, not shown)
+        if shown:
+            title = self.tree.fontMetrics().horizontalAdvance(HEADERS[ATTENTION]) + 12
+            self.tick_widths[ATTENTION] = max(self.tick_widths[ATTENTION], title, self.check)
+        self.fit_name_column()
+
     def fit_name_column(self) -> None:
         """The name column as wide as its names, but never so wide that the tick columns leave a narrow dock."""
         self.tree.resizeColumnToContents(NAME)
-        header = self.tree.header()
-        ticks = sum(header.sectionSize(column) for column in KIND_COLUMNS.values())
+        header = cast(TickHeader, self.tree.header())
         # The viewport less the vertical scroll bar whether it shows yet or not: expanding the tree brings the bar
         # only after this runs, and would push the last tick column out of view.
         bar = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self.tree)
         width = self.tree.maximumViewportSize().width() - bar
+        shown = [column for column in KIND_COLUMNS.values() if not self.tree.isColumnHidden(column)]
+        # Titles across where the names keep their least width beside them, else upwards over box-wide columns.
+        upright = width - sum(self.tick_widths[column] for column in shown) - 4 < NAME_MIN_WIDTH
+        header.set_upright(upright)
+        for column in shown:
+            header.resizeSection(column, self.check if upright else self.tick_widths[column])
+        ticks = sum(header.sectionSize(column) for column in shown)
+        self.fit_type_column()
         room = max(NAME_MIN_WIDTH, width - ticks - 4)
-        header.resizeSection(NAME, min(max(header.sectionSize(NAME), NAME_MIN_WIDTH), 300, room))
+        names = min(max(header.sectionSize(NAME), NAME_MIN_WIDTH), 300, room)
+        # Where giving up under a third of the names' width shows the whole Type column (a 1920 px window), the
+        # names give it (the longest, the root's "ResNet (resnet18)", ends in "…"); in a narrower dock the names
+        # keep their width and the tree scrolls sideways to Type.
+        with_type = width - ticks - header.sectionSize(TYPE) - 4
+        if with_type < names and with_type >= max(NAME_MIN_WIDTH, int(names * 0.7)):
+            names = with_type
+        header.resizeSection(NAME, names)
+
+    def fit_type_column(self) -> None:
+        """The Type column as wide as the longest type name of the whole model, folded rows too (it was 104 px:
+        "AdaptiveAvgPool2d" and "BatchNorm2d" were cut at every window size); the tree scrolls sideways to it."""
+        metrics = self.tree.fontMetrics()
+        widest = max((metrics.horizontalAdvance(name) for name in self.model.types()), default=0)
+        title = metrics.horizontalAdvance("Type")
+        header = self.tree.header()
+        margin = 2 * self.tree.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self.tree) + 12
+        header.resizeSection(TYPE, max(widest, title) + margin)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

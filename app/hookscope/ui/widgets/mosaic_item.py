@@ -24,7 +24,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QTransform, QWheelEvent
+from PySide6.QtGui import QPainter, QTransform, QWheelEvent
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QGraphicsItem, QWidget
 
 from hookscope.ui.state.rendering import FIT_PADDING, RenderedMosaic, render_mosaic
@@ -72,7 +72,7 @@ class MosaicItem(pg.GraphicsObject):
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt's name)
         return QRectF(self._rect)
 
-    def paint(self, painter, *args) -> None:
+    def paint(self, painter: QPainter, *args: Any) -> None:
         rendered = self._rendered
         if rendered is None:
             return
@@ -186,7 +186,7 @@ class MosaicViewBox(pg.ViewBox):
     It has no border or background, so the box itself is not painted, only the mosaic in it (measured on 40 panels:
     the box's own paint, a path drawn with no pen, and its invisible border item were about a tenth of painting)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
         self.borderRect.setVisible(False)
@@ -198,7 +198,7 @@ class MosaicViewBox(pg.ViewBox):
         if not repaint_views(self):
             super().update(*args)
 
-    def wheelEvent(self, ev, axis=None) -> None:  # noqa: N802 (pyqtgraph's name)
+    def wheelEvent(self, ev: Any, axis: int | None = None) -> None:  # noqa: N802 (pyqtgraph's name)
         if not zooms(ev):
             ev.ignore()
             return

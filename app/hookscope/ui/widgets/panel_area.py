@@ -32,6 +32,7 @@ from hookscope.core.engine.hooks import Record, record_key
 from hookscope.core.pictures.panels import KIND_ORDER, PanelPicture, PanelSettings
 from hookscope.ui.host import DockSpec, Host
 from hookscope.ui.theme import BORDER
+from hookscope.ui.widgets.disposal import detach, dispose, drop_layout
 from hookscope.ui.widgets.feature_map_panel import MIN_PANEL_HEIGHT, MIN_PANEL_WIDTH, FeatureMapPanel
 
 PREFERRED_PANEL_WIDTH = 380  # cards of one or two kinds flow side by side on a wide page at about this width a panel
@@ -48,7 +49,8 @@ EMPTY_HINT = (
 
 class ModuleCard(QFrame):
     """One ticked module: its path, and its panels in a grid (a row per record, a column per kind in the order
-    In | Act | Grad | Grad in), or stacked one above the other when the page is narrow.
+    In | Act | Grad | Grad in), or wrapped into as many columns as the page has room for, in lines of equal length
+    (four kinds two by two, so the card fills the page's width), down to one column (stacked) on a narrow page.
 
     A module with several records (called twice, or a structured output) puts ``per_line`` records side by side
     where the page has room, so that its card is as tall as its neighbours."""
@@ -71,7 +73,7 @@ class ModuleCard(QFrame):
         layout.addWidget(self.title)
         layout.addLayout(self._grid)
         self.rows: list[list[FeatureMapPanel | None]] = []  # a list per record, a panel (or None) per kind
-        self.stacked = False
+        self.wrap = 0  # kinds per line where they do not fit side by side (1: stacked); 0: all side by side
         self.per_line = 1  # records side by side
         self._placed: tuple = ()
 
@@ -82,7 +84,12 @@ class ModuleCard(QFrame):
     @property
     def columns(self) -> int:
         """Panels side by side."""
-        return 1 if self.stacked else max(1, self.kinds * self.per_line)
+        return self.wrap or max(1, self.kinds * self.per_line)
+
+    @property
+    def stacked(self) -> bool:
+        """One panel above the other, in one column."""
+        return self.wrap == 1
 
     def panels(self) -> list[FeatureMapPanel]:
         """Its panels in reading order: row by row, In | Act | Grad | Grad in."""
@@ -108,12 +115,15 @@ class ModuleCard(QFrame):
         self.rows = rows
         self._place()
 
-    def set_shape(self, stacked: bool, per_line: int = 1) -> None:
-        self.stacked, self.per_line = stacked, max(1, per_line)
+    def set_shape(self, wrap: int = 0, per_line: int = 1) -> None:
+        """``wrap`` kinds to a line (0: all of them side by side, with ``per_line`` records side by side)."""
+        self.wrap, self.per_line = (wrap if 0 < wrap < self.kinds else 0), max(1, per_line)
+        if self.wrap:
+            self.per_line = 1
         self._place()
 
     def _place(self) -> None:
-        placed = (self.stacked, self.per_line, tuple(tuple(row) for row in self.rows))  # widgets: by identity
+        placed = (self.wrap, self.per_line, tuple(tuple(row) for row in self.rows))  # widgets: by identity
         if placed == self._placed:
             return
         self._placed = placed
@@ -125,10 +135,14 @@ class ModuleCard(QFrame):
         self._in_grid = self.panels()
         for column in range(self._grid.columnCount()):
             self._grid.setColumnStretch(column, 0)
-        if self.stacked:
-            for n, panel in enumerate(self.panels()):
-                self._grid.addWidget(panel, n, 0)
-            self._grid.setColumnStretch(0, 1)
+        if self.wrap:
+            lines = -(-self.kinds // self.wrap)  # lines of a record
+            for n, row in enumerate(self.rows):
+                for c, cell in enumerate(row):
+                    if cell is not None:
+                        self._grid.addWidget(cell, n * lines + c // self.wrap, c % self.wrap)
+            for column in range(self.wrap):
+                self._grid.setColumnStretch(column, 1)
         else:
             kinds = self.kinds
             for n, row in enumerate(self.rows):
@@ -296,6 +310,8 @@ class PanelArea(QScrollArea):
         self._relayout()
 
     # ---- after a run ----------------------------------------------------------------------------------------
+    # long because: one run's outcome applied to every panel in one pass, in the order that keeps what is on screen
+    # first
     def show_results(
         self,
         pictures: Iterable[PanelPicture],
@@ -441,10 +457,6 @@ class PanelArea(QScrollArea):
                 self._asked.update(wanted)
                 self.pictures_wanted.emit(wanted)
 
-    def apply_to_all(self, change: Callable[[PanelSettings], PanelSettings]) -> None:
-        for panel in self.panels.values():
-            panel.apply_settings(change(panel.settings))
-
     # ---- internals ------------------------------------------------------------------------------------------
     def _make(
         self, path: str, kind: str, key: str, settings: PanelSettings, sort_key: tuple[int, int, str]
@@ -473,10 +485,8 @@ class PanelArea(QScrollArea):
         self._asked.discard(ident)
         self._sort_keys.pop(ident, None)
         dock = self.docks.pop(ident, None)
-        panel.hide()
         panel.release()  # its pictures go now, not when Python's collector reaches the plot's cycles
-        panel.setParent(None)
-        panel.deleteLater()
+        dispose(panel)
         if dock is not None and self._host is not None:
             dock.removeEventFilter(self._dock_watcher)
             self._host.remove_dock(dock.objectName())
@@ -508,7 +518,7 @@ class PanelArea(QScrollArea):
             return
         del self.docks[ident]
         dock.removeEventFilter(self._dock_watcher)
-        panel.setParent(None)
+        detach(panel)
         panel.float_button.setVisible(True)
         self._host.remove_dock(dock.objectName())
         self._relayout()
@@ -521,10 +531,7 @@ class PanelArea(QScrollArea):
         for ident in in_area:
             by_path.setdefault(self.panels[ident].path, []).append(ident)
         for path in [path for path in self._cards if path not in by_path]:
-            gone = self._cards.pop(path)
-            gone.hide()
-            gone.setParent(None)
-            gone.deleteLater()
+            dispose(self._cards.pop(path))
         for path, idents in by_path.items():
             card = self._cards.get(path)
             if card is None:
@@ -552,7 +559,8 @@ class PanelArea(QScrollArea):
         return max(1, self.maximumViewportSize().height() - extent - 2 * PAGE_MARGIN)
 
     def _fit(self) -> None:
-        """Size the cards to the page: kinds side by side where they fit at MIN_PANEL_WIDTH, else stacked; cards
+        """Size the cards to the page: kinds side by side where they fit at MIN_PANEL_WIDTH, else wrapped into the
+        columns that fit (lines of equal length: four kinds two by two where three would fit), down to stacked; cards
         of one kind flow several to a row, about PREFERRED_PANEL_WIDTH each."""
         width = self.page_width()
         slots = max(1, (width + CARD_SPACING) // (PREFERRED_PANEL_WIDTH + CARD_SPACING))
@@ -562,9 +570,11 @@ class PanelArea(QScrollArea):
         for path in self._order:
             card = self._cards[path]
             if ModuleCard.width_for(card.kinds) > width:
-                card.set_shape(stacked=True)
+                fit = max([c for c in range(1, card.kinds) if ModuleCard.width_for(c) <= width], default=1)
+                lines = -(-card.kinds // fit)
+                card.set_shape(wrap=-(-card.kinds // lines))
             else:
-                card.set_shape(stacked=False, per_line=min(len(card.rows), slots // card.kinds))
+                card.set_shape(per_line=min(len(card.rows), slots // card.kinds))
             span = min(card.columns, slots)
             if used + span > slots:
                 rows.append([])
@@ -582,25 +592,25 @@ class PanelArea(QScrollArea):
                 card.fit_width(card_width, max_height - card.title_height())
 
     def _place_rows(self, rows: list[list[tuple[ModuleCard, int]]]) -> None:
-        # The old lines are taken apart through what this object made and holds (removeWidget, removeItem), never
-        # through takeAt(): that hands Python a second wrapper, as a QLayoutItem, over the line, and wrappers over
-        # items Qt made and frees itself outlive them in PySide's table of wrappers. Each line is then freed here,
-        # at once (no parent, no Python reference), not by a deferred delete.
+        # The old lines are taken apart through what this object made and holds (removeWidget, drop_layout), never
+        # through takeAt(), and a new line joins the rows while still empty: PySide gives a wrapper to every item
+        # of a filled layout added to another (its stretch, a QWidgetItem per card), owned by the rows, and those
+        # outlived the line's items in PySide's table of wrappers, handed back later as the wrong objects
+        # (ui/widgets/disposal.py; issue 48).
         for line, cards in self._lines:
             for card in cards:
                 if Shiboken.isValid(card):
                     line.removeWidget(card)
-            self._rows.removeItem(line)
-            line.setParent(None)
+            drop_layout(line)
         self._lines = []
         for row in rows:
             line = QHBoxLayout()
             line.setSpacing(CARD_SPACING)
+            self._rows.addLayout(line)  # empty: see above
             for card, _ in row:
                 line.addWidget(card, 0, Qt.AlignmentFlag.AlignTop)
                 card.show()
             line.addStretch(1)
-            self._rows.addLayout(line)
             self._lines.append((line, [card for card, _ in row]))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)

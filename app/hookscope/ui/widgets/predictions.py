@@ -25,12 +25,17 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from hookscope.core.engine.capture import Prediction
+from hookscope.core.engine.target_words import Objective
 from hookscope.core.pictures.compare import PredictionChange
 from hookscope.ui.widgets.detection_overlay import DEFAULT_THRESHOLD
 from hookscope.ui.widgets.segmentation_legend import SegmentationLegend
 from hookscope.ui.widgets.wrapped_label import WrappedLabel
 
 THUMBNAIL = 72
+
+
+CLASS_HINT = "Click a class to target it."  # its gradients are taken (the tooltip says so)
+BAR_WIDTH = 50  # px: a class's probability bar, or in its place the change an edit made
 
 
 def change_text(delta: float) -> str:
@@ -148,14 +153,14 @@ class PredictionRow(QFrame):
         self.label.setMinimumWidth(60)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
-        self.bar.setFixedWidth(50)
+        self.bar.setFixedWidth(BAR_WIDTH)
         self.bar.setFormat("")
         self.percent = QLabel("")
         self.percent.setMinimumWidth(48)
         self.percent.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.change = QLabel("")  # the change since the run without edits, "+3.1%"
         self.change.setObjectName("predictionChange")
-        self.change.setMinimumWidth(54)
+        self.change.setFixedWidth(BAR_WIDTH)  # in the bar's place, no wider (see show_change)
         self.change.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.change.setVisible(False)
         layout = QHBoxLayout(self)
@@ -168,12 +173,14 @@ class PredictionRow(QFrame):
     def show_change(self, change: PredictionChange | None) -> None:
         """The change of this class's probability since the run without edits (green up, red down)."""
         self.change.setVisible(change is not None)
+        # the change takes the bar's place: beside both, a 1366 px window left the names "Greater ...", "water s..."
+        self.bar.setVisible(change is None)
         if change is None:
             self.change.setText("")
             return
         self.change.setText(change_text(change.delta))
         color = "#7bd88f" if change.delta > 0 else "#ff8a80" if change.delta < 0 else "#9aa0aa"
-        self.change.setStyleSheet(f"color: {color};")
+        self.change.setStyleSheet(f"color: {color}; font-size: 10px;")  # in the bar's 50 px: "+0.003%" fits
         self.change.setToolTip(f"{change.before:.2%} without the edits, {change.probability:.2%} with them")
 
     def show_prediction(self, prediction: Prediction | None, is_target: bool) -> None:
@@ -300,7 +307,7 @@ class SimilarityControls(QWidget):
 class PredictionsPanel(QWidget):
     """What the model predicts, and which score the gradients are taken of."""
 
-    target_chosen = Signal(object)  # a class index, or "top1"
+    target_chosen = Signal(object)  # the Objective chosen (typed: no text to parse again), or a class index
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -311,29 +318,32 @@ class PredictionsPanel(QWidget):
         self.target_label.setObjectName("muted")
         self.top1_button = QPushButton("Use top-1")
         self.top1_button.setToolTip("Take gradients of whichever class scores highest")
-        self.top1_button.clicked.connect(lambda: self.target_chosen.emit("top1"))
+        self.top1_button.clicked.connect(lambda: self.target_chosen.emit(Objective("top1")))
         self.class_box = QSpinBox()
         self.class_box.setRange(0, 999)
         self.class_box.setToolTip("Class index to take gradients of")
         use_class = QPushButton("Use class")
         use_class.clicked.connect(self._use_class)
-        self.hint = QElidingLabel("Click a class to take gradients of its score.")
+        # short and wrapped, not elided: a 1024x700 window cut its longer first words at the dock's bottom
+        self.hint = WrappedLabel(CLASS_HINT)
+        self.hint.setToolTip("Click a class above to take the gradients of its score")
         self.hint.setObjectName("muted")
         self.changes: list[PredictionChange] = []
-        self.changes_label = QElidingLabel("Change of each probability since the run without the interventions")
-        self.changes_label.setToolTip(self.changes_label.text())
+        # short, so that it takes one line: a second one gave the dock a scroll bar that took the names' room
+        self.changes_label = WrappedLabel("Change since the run without edits")
+        self.changes_label.setToolTip("Change of each probability since the run without the interventions")
         self.changes_label.setObjectName("muted")
         self.changes_label.setVisible(False)
         self.side_by_side = SideBySidePredictions()  # image A and image B, when B is set
         self.side_by_side.setVisible(False)
         # What a segmentation, detection or embedding model shows instead of class rows (``show_task``).
         self.legend = SegmentationLegend()
-        self.legend.class_chosen.connect(lambda c: self.target_chosen.emit(f"class:{c}"))
+        self.legend.class_chosen.connect(lambda c: self.target_chosen.emit(Objective("class", index=c)))
         self.legend.setVisible(False)
         self.detection = DetectionControls()
         self.detection.setVisible(False)
         self.similarity = SimilarityControls()
-        self.similarity.text_chosen.connect(lambda text: self.target_chosen.emit(f"text:{text}"))
+        self.similarity.text_chosen.connect(lambda text: self.target_chosen.emit(Objective("text", text=text)))
         self.similarity.setVisible(False)
         self.task = "classification"
         # Two rows: in one, the three needed about 240 px and the 230 px column scrolled sideways.
@@ -379,9 +389,7 @@ class PredictionsPanel(QWidget):
         self.target_label.setToolTip(self.target_label.text())
         if classes:
             self.class_box.setRange(0, classes - 1)
-        self.hint.setText(
-            "Click a class to take gradients of its score." if top5 else "This model's output is not class scores."
-        )
+        self.hint.setText(CLASS_HINT if top5 else "This model's output is not class scores.")
 
     def clear_results(self, task: str, text: str) -> None:
         """Nothing of a run: no class, no mask's classes, no count or score, and ``text`` on the target line (what
@@ -403,8 +411,7 @@ class PredictionsPanel(QWidget):
 
     def _use_class(self) -> None:
         """The class typed in: its logit for a classifier, its pixels (class:C) for a segmentation model."""
-        index = int(self.class_box.value())
-        self.target_chosen.emit(index if self.task == "classification" else f"class:{index}")
+        self.target_chosen.emit(Objective("class", index=int(self.class_box.value())))
 
     def show_task(self, task: str) -> None:
         """Show what a model of ``task`` ("classification", "segmentation", "detection", "embedding") offers."""

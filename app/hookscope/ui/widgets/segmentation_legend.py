@@ -19,7 +19,7 @@ from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 from superqt import QElidingLabel
 
-from hookscope.core.engine.capture import class_label
+from hookscope.core.engine.objectives import class_label
 
 LEGEND_ROWS = 8  # the largest classes listed (the dock is short); the rest are counted in one line
 MASK_OPACITY = 0.5  # the photo stays readable under the mask

@@ -25,32 +25,9 @@ from __future__ import annotations
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.teaching.lessons import all_hooks, backward, forward, pre, tensor
-from hookscope.core.teaching.lessons.base import OTHER, AppSetup, Lesson, LessonResult, Row
-from hookscope.core.teaching.lessons.forward import MIX_WEIGHT
-from hookscope.core.teaching.lessons.inputs import SMALL_SIZE, LessonInputs, lesson_inputs
-from hookscope.core.teaching.lessons.networks import catalogue_code, model_code_for, small_network, tiny_network
-from hookscope.core.teaching.lessons.plan import Picks, plan
+from hookscope.core.teaching.lessons.base import Lesson, LessonResult
 
-__all__ = [
-    "LESSONS",
-    "MIX_WEIGHT",
-    "OTHER",
-    "SMALL_SIZE",
-    "AppSetup",
-    "Lesson",
-    "LessonInputs",
-    "LessonResult",
-    "Picks",
-    "Row",
-    "catalogue_code",
-    "lesson",
-    "lesson_inputs",
-    "model_code_for",
-    "plan",
-    "result_line",
-    "small_network",
-    "tiny_network",
-]
+__all__ = ["LESSONS", "lesson", "result_line"]
 
 LESSONS: tuple[Lesson, ...] = (*forward.LESSONS, *pre.LESSONS, *backward.LESSONS, *tensor.LESSONS, *all_hooks.LESSONS)
 

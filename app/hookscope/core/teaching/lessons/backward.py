@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -147,7 +148,7 @@ def _block_ending_in_a_module(s: Setting, hooks: Handles) -> str:
     def leaf_done(module: nn.Module, inputs: tuple, output: object) -> None:
         last_leaf[0] = output
 
-    def block_done(path: str):
+    def block_done(path: str) -> Callable[[nn.Module, tuple, object], None]:
         def hook(module: nn.Module, inputs: tuple, output: object) -> None:
             if output is last_leaf[0]:
                 found.append(path)
@@ -173,6 +174,7 @@ def _block_ending_in_a_module(s: Setting, hooks: Handles) -> str:
     return first
 
 
+# long because: a lesson's probe hooks, run and comparison read as the one story the lesson tells
 def _backward_deprecated(s: Setting, hooks: Handles) -> Outcome:
     path = _block_ending_in_a_module(s, hooks)
     block = s.model.get_submodule(path)
@@ -182,13 +184,13 @@ def _backward_deprecated(s: Setting, hooks: Handles) -> Outcome:
     boundary: dict[str, Any] = {}
     got: dict[str, Any] = {}
 
-    def leaf_in(name: str):
+    def leaf_in(name: str) -> Callable[[nn.Module, tuple], None]:
         def hook(module: nn.Module, inputs: tuple) -> None:
             pending.setdefault(name, []).append(inputs[0].detach().clone() if inputs else None)
 
         return hook
 
-    def leaf_out(name: str):
+    def leaf_out(name: str) -> Callable[[nn.Module, tuple, object], None]:
         def hook(module: nn.Module, inputs: tuple, output: object) -> None:
             calls.append((name, pending[name].pop(), output))
 

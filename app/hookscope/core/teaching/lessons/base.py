@@ -19,8 +19,9 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hookscope.core.common.errors import HookscopeError
+from hookscope.core.common.vocabulary import HookKind
 from hookscope.core.engine.capture import RunResult, _objective
-from hookscope.core.engine.hooks import HookInfo, HookKind, HookRegistry
+from hookscope.core.engine.hooks import HookInfo, HookRegistry
 from hookscope.core.engine.interventions import Intervention
 from hookscope.core.engine.run import run_image
 from hookscope.core.engine.tree import survey

@@ -301,6 +301,112 @@ def save_input_grad(path):
     return hook
 
 
+# @part hook attention
+# ---- attention weights (hookscope.core.engine.attention) ----------------------------------------------------------
+attention_open = []  # the modes the attention pre-hooks entered, the innermost last
+
+
+class AttentionMode(torch.overrides.TorchFunctionMode):
+    """While it is entered, every torch function called goes through __torch_function__ first. Entered only inside
+    one attention module's call (attention_hooks below), so the modules not hooked run as before. There it
+
+    * computes scaled_dot_product_attention explicitly, softmax(Q K^T * scale + mask) @ V, keeping the weights: the
+      fused kernel never forms them, and the model's output now goes through them (so they get a gradient);
+    * keeps the output of a softmax over the last dimension of a 4-D tensor (eager attention), as computed;
+    * asks nn.MultiheadAttention's multi_head_attention_forward for its per-head weights, and hands its caller
+      what it asked for (no weights, or their mean over the heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kept = []  # (batch, heads, queries, keys) per attention computed in the module
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            return self.explicit(*args, **kwargs)
+        if func is torch.nn.functional.multi_head_attention_forward:
+            return self.multi_head(func, args, kwargs)
+        output = func(*args, **kwargs)
+        if func in (torch.nn.functional.softmax, torch.softmax, torch.Tensor.softmax):
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if isinstance(output, torch.Tensor) and output.ndim == 4 and isinstance(dim, int) and dim in (-1, 3):
+                self.kept.append(output)
+        return output
+
+    def multi_head(self, func, args, kwargs):
+        import inspect
+
+        bound = inspect.signature(func).bind(*args, **kwargs)
+        bound.apply_defaults()
+        wanted, average = bound.arguments["need_weights"], bound.arguments["average_attn_weights"]
+        bound.arguments["need_weights"], bound.arguments["average_attn_weights"] = True, False
+        output, weights = func(*bound.args, **bound.kwargs)
+        self.kept.append(weights if weights.ndim == 4 else weights.unsqueeze(0))  # unbatched: (heads, L, S)
+        if not wanted:
+            return output, None
+        return output, weights.mean(dim=-3) if average else weights
+
+    def explicit(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                 enable_gqa=False):
+        weights = attention_weights(query, key, attn_mask, is_causal, scale, enable_gqa)
+        self.kept.append(weights if weights.ndim == 4 else weights.unsqueeze(-3))
+        if enable_gqa and value.ndim >= 3 and value.shape[-3] != query.shape[-3]:
+            value = value.repeat_interleave(query.shape[-3] // value.shape[-3], dim=-3)
+        used = torch.nn.functional.dropout(weights, dropout_p) if dropout_p > 0 else weights
+        return used @ value
+
+
+def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    """softmax(Q K^T * scale + mask) over the keys, as scaled_dot_product_attention defines it: a boolean mask keeps
+    where True, a float mask is added, is_causal keeps the lower triangle, enable_gqa repeats the key heads."""
+    import math
+
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], dim=-3)
+    factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = torch.matmul(query, key.transpose(-2, -1)) * factor
+    if is_causal:
+        causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return torch.softmax(scores, dim=-1)
+
+
+def attention_hooks(module, path):
+    """register_forward_pre_hook enters an AttentionMode as the module starts; register_forward_hook(always_call=
+    True) leaves it as the module ends (also when it raises) and keeps each attention's weights, with a tensor hook
+    for their gradient ("PATH/grad"; "PATH/0", "PATH/0/grad"... where the module computes several)."""
+
+    def enter(module, inputs):
+        mode = AttentionMode()
+        mode.__enter__()
+        attention_open.append(mode)
+
+    def leave(module, inputs, output):
+        if not attention_open:
+            return
+        mode = attention_open.pop()
+        mode.__exit__(None, None, None)
+        call = next_call(path, "attention")
+        for index, weights in enumerate(mode.kept):
+            leaf = "" if len(mode.kept) == 1 else str(index)
+            keep("attention", path, call, leaf, weights)
+            # nn.MultiheadAttention returns a view of the weights it multiplied V with: the gradient reaches that
+            # tensor, not the view.
+            base = weights._base
+            used = base if base is not None and base.numel() == weights.numel() else weights
+            if torch.is_grad_enabled() and used.requires_grad:
+                used.register_hook(
+                    lambda grad, leaf=f"{leaf}/grad" if leaf else "grad", shape=weights.shape:
+                    keep("attention", path, call, leaf, grad.reshape(shape)) if grad is not None else None)
+
+    return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave, always_call=True)]
+
+
 # @part edit zero
 def zero_channels(channels):
     """An edit: a forward hook that returns a value replaces the module's output; these channels become 0."""
@@ -485,7 +591,9 @@ def main():
         folder = os.path.dirname(os.path.abspath(args.save))
         if not os.path.isdir(folder):
             fail(f"cannot save to {args.save!r}: the folder {folder!r} does not exist")
-    device = torch.device(args.device)
+        if os.path.exists(args.save) and os.path.exists(args.image) and os.path.samefile(args.save, args.image):
+            fail(f"cannot save to {args.save!r}: it is the image --image reads")
+    device = device_or_fail(args.device)
     try:
         model = build_model().to(device)
     except OSError as error:  # a model or weights file moved or deleted since Hookscope wrote this script
@@ -536,6 +644,27 @@ def main():
                 os.remove(args.save)
             fail(f"cannot save to {args.save!r}: {error.strerror or error}")
         print(f"saved {len(captured)} captures to {args.save}")
+
+
+def available_devices():
+    """cpu always, then each CUDA device, then mps where present (as Hookscope lists them)."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def device_or_fail(spec):
+    """The device --device names, checked as Hookscope checks it: one line when this machine does not have it."""
+    name = spec.strip().lower()
+    name = "cuda:0" if name == "cuda" else name
+    available = available_devices()
+    if name not in available:
+        fail(f"device {spec!r} is not available on this machine; available: {', '.join(available)}")
+    return torch.device(name)
 
 
 def read_image_or_fail(path):

@@ -1,5 +1,5 @@
-"""Issue 13, item 5 (the window): a model file that exits, a model that raises, NaN weights and a damaged session are
-each said for what they are, and the window goes on.
+"""Failures in the window: a model file that exits, a model that raises, NaN weights and a damaged session are each
+said for what they are, and the window goes on.
 
 Real workspaces over real models (torchvision ResNet-18 with random weights, small model files written here), the
 real features with a fake host; the last test builds the real window.
@@ -18,7 +18,7 @@ from fakes import FakeHost
 
 from hookscope.core.common.resources import sample_image
 from hookscope.core.engine.blame import ModelRaised
-from hookscope.core.engine.pipeline import ModelSource, open_model
+from hookscope.core.models.source import ModelSource, open_model
 from hookscope.ui.features.numeric_health import NumericHealthFeature
 from hookscope.ui.features.session_files import SessionFilesFeature
 from hookscope.ui.state.workspace import Workspace

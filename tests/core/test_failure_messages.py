@@ -1,4 +1,4 @@
-"""Issue 13, item 5 (engine and command line): every failure says what happened, in one line, with the right exit.
+"""Every failure says what happened, in one line, with the right exit (the engine and the command line):
 
 - a trusted ``build()`` that raises ``SystemExit(3)`` is an error of the model file (exit 2), not an exit of Hookscope;
 - a model whose forward raises, or whose own in-place operation breaks autograd, is "the model raised during its
@@ -29,8 +29,8 @@ from hookscope.core.engine.blame import ModelRaised
 from hookscope.core.engine.capture import capture_run
 from hookscope.core.engine.hooks import HookRegistry, Recorder
 from hookscope.core.engine.numeric import NumericReport, non_finite_weights
-from hookscope.core.engine.pipeline import ModelSource, open_model
 from hookscope.core.engine.run import run_image
+from hookscope.core.models.source import ModelSource, open_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
@@ -256,11 +256,11 @@ def test_nan_weights_are_a_warning_line_and_a_manifest_field(model_py, tmp_path,
     assert len(warning) == 1, lines
     assert "the model's output holds NaN" in warning[0]
     assert "its weights hold NaN or inf (fc.weight: NaN in 1 of 40 values)" in warning[0]
-    assert "the first capture with NaN or inf is fc (forward)" in warning[0]
+    assert "the first capture with NaN or inf is fc (act)" in warning[0]
     described = json.loads((out / "manifest.json").read_text())["non_finite"]
     assert described["weights"] == [{"name": "fc.weight", "nan": 1, "inf": 0, "values": 40}]
     assert described["output"]["nan"] >= 1 and described["output"]["values"] == 10
-    assert described["records"][0]["name"] == "fc (forward)"
+    assert described["records"][0]["name"] == "fc (act)"
 
 
 def test_inf_from_finite_weights_says_the_weights_are_finite(model_py, tmp_path, capsys) -> None:
