@@ -29,10 +29,9 @@ FIRST_CASES_ONLY = {
     "tests/core/test_hub.py::test_what_cannot_be_opened_is_one_line_exit_2": 2,
     "tests/core/test_cli.py::test_errors_are_one_readable_line": 3,
     "tests/core/test_script_export.py::test_the_script_computes_the_same_objective_for_other_targets": 1,
-    "tests/core/test_hostile_round_three.py::test_the_script_says_what_is_wrong_in_one_line": 1,
-    "tests/core/test_hostile_round_three.py::test_a_build_that_never_returns_is_named_and_stops_on_ctrl_c_and_sigterm": 1,
-    "tests/core/test_hostile_round_three.py::test_visualize_refuses_what_cannot_fit_before_allocating_it": 1,
-    "tests/core/test_hostile_round_three.py::test_scan_refuses_what_cannot_fit_before_reading_an_image": 1,
+    "tests/core/test_hostile_models.py::test_the_script_says_what_is_wrong_in_one_line": 1,
+    "tests/core/test_hostile_models.py::test_visualize_refuses_what_cannot_fit_before_allocating_it": 1,
+    "tests/core/test_hostile_models.py::test_scan_refuses_what_cannot_fit_before_reading_an_image": 1,
 }
 
 

@@ -129,11 +129,18 @@ def stop_and_time(process: subprocess.Popen, watched: Watched, stop: int, line: 
 
 
 # ---- a build() that never returns: named, and ended by Ctrl-C and SIGTERM ------------------------------------
-# export and scan (Ctrl-C and SIGTERM) in the default run; lessons and visualize, the same path, with -m slow
-@pytest.mark.parametrize("command, stop", [("export", signal.SIGINT), ("scan", signal.SIGTERM),
-                                           pytest.param("lessons", signal.SIGINT, marks=pytest.mark.slow),
-                                           pytest.param("visualize", signal.SIGTERM, marks=pytest.mark.slow)])  # fmt: skip
-@pytest.mark.parametrize("factory", ["build", "loops", "swallows"])
+# Each factory once in the default run, on export (Ctrl-C) or scan (SIGTERM), both stops taken: the rest of export and
+# scan, and lessons and visualize (the same path), with -m slow.
+DEFAULT_BUILD_CASES = {("export", "build"), ("scan", "loops"), ("export", "swallows")}
+BUILD_CASES = [
+    pytest.param(command, stop, factory, marks=() if (command, factory) in DEFAULT_BUILD_CASES else pytest.mark.slow)
+    for command, stop in (("export", signal.SIGINT), ("scan", signal.SIGTERM), ("lessons", signal.SIGINT),
+                          ("visualize", signal.SIGTERM))
+    for factory in ("build", "loops", "swallows")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command, stop, factory", BUILD_CASES)
 def test_a_build_that_never_returns_is_named_and_ends_on_ctrl_c_and_sigterm(images, model_py, tmp_path, command, stop,
                                                                              factory) -> None:  # fmt: skip
     """``loops`` leaves a thread that would hold a normal exit for an hour (issue 46: "stopped (SIGTERM)" and still
@@ -206,7 +213,9 @@ def ctrl_c_after(delay: float, *args: str) -> tuple[int, str]:
     return process.returncode, err
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4])
+@pytest.mark.parametrize(
+    "delay", [0.0, 0.1, 0.4, *(pytest.param(d, marks=pytest.mark.slow) for d in (0.01, 0.03, 0.06, 0.2))]
+)
 def test_ctrl_c_while_the_command_line_loads_is_one_line_and_130(tmp_path, delay) -> None:
     """Issue 46: visualize interrupted in its first moments printed a raw KeyboardInterrupt traceback."""
     status, err = ctrl_c_after(delay, "visualize", "--weights", "none", "--layer", "layer1", "--steps", "2",
@@ -231,7 +240,7 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize("delay", [0.5, 3.0])
+@pytest.mark.parametrize("delay", [0.5, pytest.param(3.0, marks=pytest.mark.slow)])  # later moments: -m slow
 def test_ctrl_c_at_any_moment_of_every_command_is_130_and_one_line(images, tmp_path, command, delay) -> None:
     args = [a.format(tmp=tmp_path, images=images) for a in COMMANDS[command]]
     status, err = ctrl_c_after(delay, *args)

@@ -197,7 +197,7 @@ def session_scan(workspace, folder, tmp_path) -> tuple[Path, dict]:
     return file, json.loads(file.read_text())
 
 
-# (a scan path of /dev/zero goes through the same read_scan: tests/core/test_hostile_round_three.py checks it in a
+# (a scan path of /dev/zero goes through the same read_scan: tests/core/test_hostile_files.py checks it in a
 # process of its own with bounded memory, since a regression would read it whole)
 @pytest.mark.parametrize("damage", ["channels 1e999", "image 10**18", "image -3"])
 def test_a_damaged_scan_in_a_session_is_one_problem_line_and_the_restore_finishes(feature, session_scan, damage):
