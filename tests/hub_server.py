@@ -258,6 +258,21 @@ def make_dino(folder: Path) -> Path:
     return folder
 
 
+def make_dinov2_with_registers(folder: Path, side: int = 56, patch: int = 14, registers: int = 4) -> Path:
+    """A DINOv2 with registers (hidden 32, 2 layers, 2 heads; 56 px in 14 px patches: a 4 x 4 grid after the class
+    token and 4 registers) with DINOv2's image processor."""
+    import torch
+    from transformers import BitImageProcessor, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+
+    torch.manual_seed(0)
+    config = Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                                       image_size=side, patch_size=patch, num_register_tokens=registers)  # fmt: skip
+    Dinov2WithRegistersModel(config).save_pretrained(folder)
+    BitImageProcessor(size={"shortest_edge": side}, crop_size={"height": side, "width": side},
+                      image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(folder)  # fmt: skip
+    return folder
+
+
 def make_bert(folder: Path) -> Path:
     """A text model's repo: only its config (enough to be refused)."""
     from transformers import BertConfig

@@ -70,6 +70,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        if _PUBLIC[name] == "hookscope.ui.viewer":
+            _provide_the_guides_cli_page()
         globals()[name] = value  # the next lookup is a plain attribute
         return value
     raise AttributeError(f"module 'hookscope' has no attribute '{name}'")
@@ -77,3 +79,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+def _provide_the_guides_cli_page() -> None:
+    """A Viewer's window shows the guide too, with the command-line page made from the command line's parsers."""
+    from hookscope.cli.dispatch import provide_guide_pages
+
+    provide_guide_pages()

@@ -7,17 +7,11 @@ span of the name (``Preprocess``), which is what a reader of the source sees too
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import griffe
 
-ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|mod|obj|exc|data|const):`~?([^`]+)`")
-
-
-def plain_roles(text: str) -> str:
-    """``:class:`Preprocess``` -> ```Preprocess```."""
-    return ROLE.sub(lambda match: f"`{match.group(1)}`", text)
+from hookscope.core.teaching.guide import plain_roles  # the window's guide writes the roles the same way
 
 
 class SphinxRoles(griffe.Extension):

@@ -111,10 +111,10 @@ def test_the_result_holds_three_sides(tmp_path):
 def test_the_printed_lines_hold_the_three_sides_and_ratios(capsys):
     from hookscope.cli import main
 
-    assert main(["bench", "--batch", "--images", "4", "--layers", ",".join(MODULES)]) == 0
+    assert main(["bench", "--batch", "--images", "2", "--layers", ",".join(MODULES)]) == 0
     out = capsys.readouterr().out
     assert "modules hooked (forward+backward): conv1, layer3.0.relu" in out
-    assert "resnet18, 4 images, 2 modules, PNGs off" in out
+    assert "resnet18, 2 images, 2 modules, PNGs off" in out
     assert "bare " in out and "floor (plain PyTorch hooks + np.savez) " in out and "batch " in out
     for label in ("batch/bare", "floor/bare", "batch/floor"):
         assert f"{label} " in out.splitlines()[2]  # the ratios of all images

@@ -163,6 +163,7 @@ def test_the_reference_is_the_help_text_itself():
 
 
 def test_a_new_option_appears_in_the_reference_without_editing_the_docs(monkeypatch):
+    import hookscope.cli.dispatch
     import hookscope.cli.teach
 
     real = hookscope.cli.teach.build_lessons_parser
@@ -172,18 +173,27 @@ def test_a_new_option_appears_in_the_reference_without_editing_the_docs(monkeypa
         parser.add_argument("--brand-new-option", metavar="X", help="an option nobody documented by hand")
         return parser
 
-    monkeypatch.setattr(hookscope.cli.teach, "build_lessons_parser", with_one_more)
+    monkeypatch.setitem(hookscope.cli.dispatch.COMMANDS, "lessons", (with_one_more, hookscope.cli.teach.run_lessons))
     page = guide.render_reference()
     assert "| `--brand-new-option X` |" in page
     assert "an option nobody documented by hand" in page
 
 
-def test_a_subcommand_the_reference_does_not_know_stops_the_build(monkeypatch):
-    import hookscope.cli.dispatch
+def test_a_new_subcommand_is_in_the_reference_by_itself(monkeypatch):
+    """The reference reads the command line's own dispatch table: a subcommand added there cannot be left out."""
+    import argparse
 
-    monkeypatch.setattr(hookscope.cli.dispatch, "SUBCOMMANDS", (*hookscope.cli.dispatch.SUBCOMMANDS, "brand-new"))
-    with pytest.raises(RuntimeError, match="brand-new"):
-        guide.command_parsers()
+    import hookscope.cli.dispatch as dispatch
+
+    def build() -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog="hookscope brand-new")
+        parser.add_argument("--shiny", help="a brand-new option")
+        return parser
+
+    monkeypatch.setattr(dispatch, "SUBCOMMANDS", (*dispatch.SUBCOMMANDS, "brand-new"))
+    monkeypatch.setitem(dispatch.COMMANDS, "brand-new", (build, lambda args: 0))
+    page = guide.render_reference()
+    assert "## `hookscope brand-new`" in page and "--shiny" in page and "a brand-new option" in page
 
 
 # --- README's and the guide's commands ----------------------------------------------------------------------------

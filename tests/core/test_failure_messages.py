@@ -23,6 +23,7 @@ import pytest
 import torch
 import torchvision
 from cli_output import message_lines
+from model_files import MODELS
 
 from hookscope.cli import main
 from hookscope.core.engine.blame import ModelRaised
@@ -34,65 +35,6 @@ from hookscope.core.models.source import ModelSource, open_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = str(ROOT / "resources" / "chelsea.png")
-
-MODELS = """
-import sys
-
-import torch
-from torch import nn
-
-
-class Small(nn.Module):
-    def __init__(self, mode="fine"):
-        super().__init__()
-        self.mode = mode
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.fc = nn.Linear(4, 10)
-
-    def forward(self, x):
-        y = self.conv(x)
-        if self.mode == "raises":
-            raise ValueError("shapes do not match in my model")
-        if self.mode == "exits":
-            sys.exit(4)
-        if self.mode == "inplace":
-            y = y.sigmoid()
-            y.mul_(2)  # sigmoid's backward needs its output: autograd refuses
-        if self.mode == "overflow":
-            y = y * 1e30 * 1e30  # finite weights, infinite values
-        return self.fc(y.mean((2, 3)))
-
-
-def exits():
-    raise SystemExit(3)
-
-
-def raises():
-    return Small("raises")
-
-
-def exits_in_forward():
-    return Small("exits")
-
-
-def inplace():
-    return Small("inplace")
-
-
-def overflow():
-    return Small("overflow")
-
-
-def nan_weights():
-    model = Small()
-    with torch.no_grad():
-        model.fc.weight[0, 0] = float("nan")
-    return model
-
-
-def fine():
-    return Small()
-"""
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hostile import ENV, ROOT, SAMPLE, ctrl_c_as_from_a_terminal, error_lines, one_error, run_bounded, write_images
+from model_files import MODELS
 
 from hookscope.cli import main
 from tests.hub_server import HubServer, make_clip, make_vit, use_hub
@@ -269,54 +270,6 @@ def test_what_would_fit_is_the_largest_value_that_does() -> None:
 
 
 # ---- a model that raises in visualize and lessons; a NaN objective --------------------------------------
-MODELS = '''
-import torch
-from torch import nn
-
-
-class Small(nn.Module):
-    def __init__(self, mode="fine"):
-        super().__init__()
-        self.mode = mode
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.fc = nn.Linear(4, 10)
-
-    def forward(self, x):
-        y = self.conv(x)
-        if self.mode == "raises":
-            raise ValueError("shapes do not match in my model")
-        if self.mode == "inplace":
-            y = y.sigmoid()
-            y.mul_(2)  # sigmoid's backward needs its output: autograd refuses
-        return self.fc(y.mean((2, 3)))
-
-
-class Poisoned(nn.Module):
-    """NaN made in the middle: conv1 is fine, boom's weights are NaN, conv2 reads its output."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 4, 3)
-        self.boom = nn.Conv2d(4, 4, 1)
-        self.conv2 = nn.Conv2d(4, 4, 3)
-        with torch.no_grad():
-            self.boom.weight.fill_(float("nan"))
-
-    def forward(self, x):
-        return self.conv2(self.boom(self.conv1(x))).mean((2, 3))
-
-
-def raises():
-    return Small("raises")
-
-
-def inplace():
-    return Small("inplace")
-
-
-def poisoned():
-    return Poisoned()
-'''
 
 
 @pytest.fixture

@@ -29,3 +29,15 @@ def test_every_test_first_cases_only_names_exists() -> None:
         if not defined:
             missing.append(node_id)
     assert missing == [], f"FIRST_CASES_ONLY names tests that do not exist: {missing}"
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """tests/ has no packages: pytest imports each file by its bare name, and a second file of the same name in
+    another folder stops the whole run at collection ("import file mismatch")."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name in seen and path.name != "conftest.py":
+            clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert clashes == [], f"files of the same name: {clashes}"

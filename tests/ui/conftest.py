@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import http.server
 import io
@@ -23,6 +24,7 @@ import tqdm  # noqa: E402
 import weights_server  # noqa: E402
 from loopback import serving  # noqa: E402
 from PIL import Image  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLayout, QLayoutItem, QSpacerItem, QWidget, QWidgetItem  # noqa: E402
 from shiboken6 import Shiboken  # noqa: E402
 
@@ -107,6 +109,11 @@ def stale_layout_items() -> list[str]:
     widget's layouts (``itemAt``, which gives them wrappers owned by their layouts: call this last in a test), and
     each must be the kind its wrapper says; a wrapper Python made and owns (a spacer not yet in a layout) is not
     Qt's to free. Reading a stale wrapper's address never touches the freed object."""
+    # Earlier tests' closed windows first: walked here, their items would get wrappers, and the full collection that
+    # frees those windows later (the GUI collector's, long after) crashed in the wrappers' teardown (a segfault in
+    # the whole run after test_panels_follow_the_screen; the app itself never wraps an item: disposal.py's rule).
+    gc.collect()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     live: dict[int, QLayoutItem] = {}
     # Held to the end: a wrapper PySide made here and then let go of takes those of its children with it (a
     # widget's, its layout's; the layout's, its items'), and they would read as invalid.

@@ -20,9 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import torch  # noqa: F401  (torch before Qt)
-from PySide6.QtCore import QPoint, QRect, QTimer
+from PySide6.QtCore import QPoint, QRect, QTimer, QUrl
 from PySide6.QtGui import QImage, QTextDocument
-from PySide6.QtWidgets import QApplication, QInputDialog, QWidget
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QInputDialog,
+    QLineEdit,
+    QWidget,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_screen import (  # noqa: E402
@@ -40,12 +48,16 @@ from real_screen import (  # noqa: E402
 
 from hookscope.core.engine.interventions import Intervention  # noqa: E402
 from hookscope.ui.app import application, make_window  # noqa: E402
-from hookscope.ui.widgets.module_tree import TYPE  # noqa: E402
+from hookscope.ui.widgets.module_tree import ATTENTION, NAME, TOOLTIP, TYPE  # noqa: E402
+from hookscope.ui.widgets.module_tree_view import NAME_MIN_WIDTH  # noqa: E402
 
 KINDS = ("pre", "forward", "tensor", "grad_input")  # In, Act, Grad, Grad in: all four columns of one layer
 LAYER = "layer1.0.conv1"
 SEGMENTER = "lraspp_mobilenet_v3_large"
 DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
+VIT = "timm/vit_tiny_patch16_224"  # attention modules: the tree gets its Attn column
+DOCKS_IN_REACH = ("modules", "input", "predictions")  # the docks open by default beside the page
+CONTROLS = (QAbstractButton, QComboBox, QAbstractSpinBox, QLineEdit)
 LIVE_ACTIONS = (
     "file.live_freeze",
     "file.live_next_frame",
@@ -71,6 +83,52 @@ def whole_on_screen(widget: QWidget) -> tuple[bool, str]:
 def words_fit(widget: QWidget, text: str, room: int) -> tuple[bool, str]:
     need = widget.fontMetrics().horizontalAdvance(text)
     return need <= room, f"{text!r} needs {need} px, has {room}"
+
+
+def controls_in_reach(window) -> dict[str, tuple[bool, str]]:
+    """Every control shown in the docks open by default is whole in sight, none scrolled out of a dock."""
+    checks: dict[str, tuple[bool, str]] = {}
+    for dock_id in DOCKS_IN_REACH:
+        dock = window.dock(dock_id)
+        for control in dock.widget().findChildren(QWidget):
+            if not isinstance(control, CONTROLS) or not control.isVisible() or control.width() < 4:
+                continue  # hidden (a model without it), or a part of another control (a spin box's editor)
+            if isinstance(control.parentWidget(), CONTROLS):
+                continue
+            words = getattr(control, "text", lambda: "")() or control.toolTip()[:30] or type(control).__name__
+            checks[f"{dock_id}: {words!r} in reach"] = whole_on_screen(control)
+    return checks
+
+
+def tree_fits(window) -> dict[str, tuple[bool, str]]:
+    """The module tree's columns: each one shown whole inside the dock, none reached by scrolling sideways; Type as
+    wide as its names where it shows; a hidden column's words in the rows' tooltips."""
+    tree = window.tree_view.tree
+    header = tree.header()
+    shown = [c for c in range(header.count()) if not tree.isColumnHidden(c)]
+    last = shown[-1]
+    end = header.sectionViewportPosition(last) + header.sectionSize(last)
+    checks = {
+        "tree: no sideways scrolling": (
+            tree.horizontalScrollBar().maximum() == 0 and end <= tree.viewport().width(),
+            f"scroll range {tree.horizontalScrollBar().maximum()}, columns end at {end} of {tree.viewport().width()}",
+        ),
+        "tree: the names keep their room": (
+            header.sectionSize(NAME) >= NAME_MIN_WIDTH,
+            f"{header.sectionSize(NAME)} px",
+        ),
+    }
+    types = tree.model().sourceModel().types()
+    widest = max(types, key=lambda t: tree.fontMetrics().horizontalAdvance(t))
+    if TYPE in shown:
+        checks["tree's Type column holds its names"] = words_fit(tree, widest, header.sectionSize(TYPE) - 8)
+    else:
+        model = tree.model().sourceModel()
+        tip = str(model.data(model.index_of("", NAME), TOOLTIP))
+        checks["tree: Type hidden, said in the tooltip"] = (model.nodes[0].type_name in tip, tip.replace("\n", " | "))
+    if tree.model().sourceModel().has_attention:
+        checks["tree: Attn column shown"] = (ATTENTION in shown, str(shown))
+    return checks
 
 
 def region(shot: QImage, rect: QRect) -> np.ndarray:
@@ -103,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--size", default="1366x768")
-    parser.add_argument("--skip-models", action="store_true", help="leave out the two model switches (slow)")
+    parser.add_argument("--skip-models", action="store_true", help="leave out the model switches (slow)")
+    parser.add_argument("--steps", default="", help="only these steps, by name (in_reach,inspector,...)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -150,17 +209,10 @@ def main(argv: list[str] | None = None) -> int:
                 global_rect(chip).right() < global_rect(save).left() and chip.width() >= chip.sizeHint().width(),
                 f"badge {global_rect(chip).getRect()} ({chip.text()!r}), save {global_rect(save).getRect()}",
             )
-        tree = window.tree_view.tree
-        types = tree.model().sourceModel().types()
-        widest = max(types, key=lambda t: tree.fontMetrics().horizontalAdvance(t))
-        checks["tree's Type column holds its names"] = words_fit(tree, widest, tree.header().sectionSize(TYPE) - 8)
-        if width >= 1920:  # a dock with room for it: the Type column whole in sight, not cut at the dock's edge
-            header = tree.header()
-            right = header.sectionViewportPosition(TYPE) + header.sectionSize(TYPE)
-            checks["tree's Type column in sight"] = (
-                right <= tree.viewport().width(),
-                f"ends at {right} of {tree.viewport().width()}",
-            )
+        checks.update(tree_fits(window))
+        if width >= 1920:  # a dock with room for it: the Type column shown, whole in sight
+            tree = window.tree_view.tree
+            checks["tree's Type column shown"] = (not tree.isColumnHidden(TYPE), "")
         button = window.features["input_settings"].button
         checks["Input… button in sight"] = whole_on_screen(button)
         hint = window.predictions.hint
@@ -351,19 +403,36 @@ def main(argv: list[str] | None = None) -> int:
     def inspector() -> None:
         window.show_dock("inspector")
         settle(window, app)
-        shot = screen_image()
-        table = window.features["inspector"].table
-        checks = {}
+        inspector = window.features["inspector"]
+        table = inspector.table
+        header = table.horizontalHeader()
+        shown = [c for c in range(table.columnCount()) if not table.isColumnHidden(c)]
+        end = header.sectionViewportPosition(shown[-1]) + header.sectionSize(shown[-1])
+        checks = {
+            "no sideways scrolling": (
+                table.horizontalScrollBar().maximum() == 0 and end <= table.viewport().width(),
+                f"columns end at {end} of {table.viewport().width()}",
+            ),
+            "the table in sight": whole_on_screen(table),
+        }
+        table.selectRow(0)
+        settle(window, app)
         for column in range(table.columnCount() - 1):
             texts = [table.item(r, column).text() for r in range(table.rowCount()) if table.item(r, column)]
-            if not texts:
-                continue
-            widest = max(texts, key=table.fontMetrics().horizontalAdvance)
             name = table.horizontalHeaderItem(column).text()
-            checks[f"column {name!r} holds its words"] = words_fit(
-                table, widest, table.horizontalHeader().sectionSize(column) - 6
-            )
-        record("inspector", checks, shot)
+            if not any(texts):
+                continue
+            if column in shown:
+                widest = max(texts, key=table.fontMetrics().horizontalAdvance)
+                checks[f"column {name!r} holds its words"] = words_fit(table, widest, header.sectionSize(column) - 6)
+            else:
+                words = table.item(0, column).text()
+                line = inspector.hidden_words
+                checks[f"column {name!r} hidden, said under the table"] = (
+                    not words or (words in line.text() and whole_on_screen(line)[0]),
+                    f"{words!r} in {line.text()!r}, {whole_on_screen(line)[1]}",
+                )
+        record("inspector", checks, screen_image())
 
     def edit() -> None:
         window.workspace.add_edit(Intervention("scale", LAYER, factor=0.5))
@@ -385,6 +454,60 @@ def main(argv: list[str] | None = None) -> int:
         record("edit on", checks, shot)
         window.workspace.remove_all_edits()
         settle(window, app)
+
+    def in_reach() -> None:
+        """Every control of the docks open by default in sight, the tree's columns whole (item 1's leftovers)."""
+        shot = screen_image()
+        edits = window.features["interventions"].tree
+        listed = {
+            "interventions: no sideways scrolling": (
+                edits.horizontalScrollBar().maximum() == 0,
+                f"scroll range {edits.horizontalScrollBar().maximum()}",
+            )
+        }
+        record("in reach", {**controls_in_reach(window), **tree_fits(window), **listed}, shot)
+
+    def default_size() -> None:
+        """The window at the size it opens at (1560x980) where the screen holds it: the tree still fits its dock."""
+        window.resize(1560, 980)
+        settle(window, app)
+        pause(500)
+        checks = {**tree_fits(window), "tree's Type column shown": (not window.tree_view.tree.isColumnHidden(TYPE), "")}
+        record("default size", checks)
+        window.resize(width, height)
+        window.move(0, 0)
+        settle(window, app)
+
+    def references() -> None:
+        """The guide's generated pages (the command line, the Python API) in the guide's window: real pages, read
+        without scrolling sideways."""
+        from hookscope.ui.widgets.guide_browser import GuideWindow
+
+        window.menus.actions["help.guide"].trigger()
+        guide = window.findChild(GuideWindow)
+        wait_until(guide.isVisible, 5.0)
+        for page_name, words in (("reference/cli.md", "hookscope export"), ("reference/api.md", "hookscope.capture(")):
+            guide.page.setSource(QUrl.fromLocalFile(str(guide.page.pages / page_name)))
+            pause(800)
+            page = guide.page
+            found = page.document().find(words, 0)
+            page.setTextCursor(found)
+            page.ensureCursorVisible()
+            pause(400)
+            shot = screen_image()
+            viewport = visible_rect(page.viewport()).intersected(QApplication.primaryScreen().geometry())
+            pixels = region(shot, viewport)
+            background = np.median(pixels.reshape(-1, 3), axis=0)
+            inked = int((np.abs(pixels - background).max(axis=2) > 60).sum())
+            bar = page.horizontalScrollBar()
+            record(f"guide {page_name.split('/')[1][:-3]}", {
+                "the page is generated": (not found.isNull(), f"{words!r} on the page"),
+                "the page shows text": (inked > 3000, f"{inked} pixels of ink"),
+                "no sideways scrolling": (bar.maximum() == 0, f"scroll range {bar.maximum()}"),
+                "the guide window in sight": whole_on_screen(guide),
+            }, shot)  # fmt: skip
+        guide.close()
+        rest_pointer(window)
 
     runs: list[str] = []  # the model of each run that came on screen
     window.run_finished.connect(lambda *_: runs.append(getattr(window.workspace.loaded, "name", "")))
@@ -431,9 +554,23 @@ def main(argv: list[str] | None = None) -> int:
         }
         record("detector", checks, shot)
 
-    steps = [four_kinds, file_dialog, file_menu, guide, video, record_dialogs, lessons, inspector, edit]
+    def vit() -> None:
+        """A ViT: the tree gets its Attn column, and still fits its dock; every control still in reach."""
+        choose(VIT)
+        window.show_dock("modules")
+        window.tree_view.expand_to(["blocks.0.attn"])
+        settle(window, app)
+        pause(500)
+        record("vit", {**controls_in_reach(window), **tree_fits(window)})
+
+    steps = [in_reach, four_kinds, file_dialog, file_menu, guide, references, video, record_dialogs, lessons]
+    steps += [inspector, edit]
+    if width >= 1560 and height >= 980:
+        steps.append(default_size)
     if not args.skip_models:
-        steps += [segmenter, detector]
+        steps += [segmenter, detector, vit]
+    if args.steps:
+        steps = [step for step in steps if step.__name__ in args.steps.split(",")]
     settle(window, app)
     for step in steps:
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from fakes import FakeHost
+from model_files import MODELS
 
 from hookscope.core.common.resources import sample_image
 from hookscope.core.engine.blame import ModelRaised
@@ -24,51 +25,6 @@ from hookscope.ui.features.session_files import SessionFilesFeature
 from hookscope.ui.state.workspace import Workspace
 
 RUN_TIMEOUT_MS = 120_000
-
-MODELS = """
-import torch
-from torch import nn
-
-
-class Small(nn.Module):
-    def __init__(self, mode="fine"):
-        super().__init__()
-        self.mode = mode
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.fc = nn.Linear(4, 10)
-
-    def forward(self, x):
-        y = self.conv(x)
-        if self.mode == "raises":
-            raise ValueError("shapes do not match in my model")
-        if self.mode == "inplace":
-            y = y.sigmoid()
-            y.mul_(2)
-        return self.fc(y.mean((2, 3)))
-
-
-def exits():
-    raise SystemExit(3)
-
-
-def raises():
-    return Small("raises")
-
-
-def inplace():
-    return Small("inplace")
-
-
-def nan_weights():
-    model = Small()
-    with torch.no_grad():
-        model.fc.weight.fill_(float("nan"))
-    return model
-
-
-def fine():
-    return Small()
-"""
 
 
 @pytest.fixture
@@ -120,7 +76,7 @@ def test_nan_weights_put_up_a_banner_and_the_panels_do_not_blame_an_untrained_he
     banner = NumericHealthFeature(workspace, host)
     assert host.notice_rows == [banner.banner] and banner.text == ""
     with qtbot.waitSignal(workspace.run_applied, timeout=RUN_TIMEOUT_MS):
-        load(workspace, model_py, "nan_weights")
+        load(workspace, model_py, "nan_everywhere")
         workspace.set_ticked([("conv", "tensor")], True)  # the Grad column
     text = banner.text
     assert text.startswith("NaN or inf: the model's output holds NaN in all of 10 values")

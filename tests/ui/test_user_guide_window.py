@@ -5,7 +5,10 @@ back and forward. Issue 44 item 4: F1 used to hand ``index.md`` to the desktop, 
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,14 +78,85 @@ def test_links_between_pages_anchors_back_and_forward(make_window, qtbot):
     assert page.source().fileName() == "index.md"
 
 
-def test_the_generated_pages_show_what_the_site_build_would_put_there(qtbot):
+def test_the_generated_pages_stand_in_without_a_generator(qtbot):
     pages = guide_pages()
     assert pages is not None
-    cli = page_text(pages / CLI_REFERENCE, pages)  # written by the site build only
+    cli = page_text(pages / CLI_REFERENCE, pages)  # no generator given (a page read outside the window)
     assert "hookscope export --help" in cli
-    api = page_text(pages / "reference" / "api.md", pages, describe=lambda name: f"DOC OF {name}")
-    assert "DOC OF hookscope.capture" in api and ":::" not in api and "options:" not in api
+    api = page_text(pages / "reference" / "api.md", pages, describe=lambda name, members: f"DOC OF {name} {members}")
+    assert "DOC OF hookscope.capture None" in api and ":::" not in api and "options:" not in api
+    assert "DOC OF hookscope.HookscopeError ()" in api and "DOC OF hookscope.Prediction None" in api
+    assert "DOC OF hookscope.CapturedRecord ('name', 'word', 'hook', 'tensor', 'title', 'picture')" in api
     assert slug("The run as a standalone script: `--script OUT.py`") == "the-run-as-a-standalone-script-script-outpy"
+
+
+def _open_page(window, name: str):
+    window.menus.actions["help.guide"].trigger()
+    page = _guide(window).page
+    page.setSource(QUrl(name))  # as a click on a link to it resolves it
+    assert page.source().fileName() == Path(name).name
+    return page
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def test_the_windows_command_line_reference_is_every_parsers_help(make_window, qtbot):
+    """Issue 44: the page was a stand-in ("run --help"). It is now made from the parsers themselves when it is
+    opened: each subcommand's ``--help`` text, and every option of it, read from the parser objects."""
+    from hookscope.cli.dispatch import SUBCOMMANDS, command_parsers, provide_guide_pages
+
+    provide_guide_pages()  # as `hookscope` and hookscope.Viewer do before the window opens
+    text = _open_page(make_window(), "reference/cli.md").toPlainText()
+    parsers = command_parsers()
+    assert set(parsers) == {"", *SUBCOMMANDS}
+    headings = [f"hookscope {name}".strip() for name in parsers]
+    places = [text.index(f"\n{heading}\n") for heading in headings]  # each subcommand's section, in order
+    assert places == sorted(places)
+    sections = dict(zip(headings, [text[a:b] for a, b in zip(places, [*places[1:], len(text)])], strict=True))
+    checked = 0
+    for name, parser in parsers.items():
+        section = sections[f"hookscope {name}".strip()]
+        usage = parser.format_usage().split()[1:4]  # the usage line's first words, as --help prints them
+        assert " ".join(usage) in " ".join(section.split()), (name, usage)
+        for action in parser._actions:
+            for option in action.option_strings:
+                assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", section), (name, option)
+                checked += 1
+            if action.help and action.help != argparse.SUPPRESS:
+                words = action.help.replace("%(default)s", str(action.default))
+                assert _squeezed(words) in _squeezed(section), (name, action.dest)
+    assert checked > 80
+
+
+def test_the_windows_api_reference_is_every_public_names_signature(make_window, qtbot):
+    """Issue 44: the page's directives showed a line on help(). Every name of ``hookscope.__all__`` is now on the
+    page with the signature ``inspect.signature`` reads from the object itself and its docstring, and each member
+    the page lists (``options: members: [...]``) with its own."""
+    import hookscope
+
+    text = _squeezed(_open_page(make_window(), "reference/api.md").toPlainText())
+    source = (ROOT / "docs" / "reference" / "api.md").read_text()
+    for name in hookscope.__all__:
+        value = getattr(hookscope, name)
+        assert _squeezed(f"hookscope.{name}") in text, name
+        if callable(value):
+            for parameter in inspect.signature(value).parameters.values():
+                assert _squeezed(str(parameter)) in text, (name, str(parameter))
+        doc = inspect.getdoc(value) if callable(value) else None
+        if doc:
+            first = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc.split("\n\n")[0])  # a role shows as code
+            assert _squeezed(first.replace("``", "").replace("`", "")) in text.replace("`", ""), name
+    listed = re.findall(r"^::: hookscope\.(\w+)\n\s+options:\n\s+members: \[([^\]]*)\]", source, re.MULTILINE)
+    assert len(listed) >= 4
+    for owner, members in listed:
+        for member in (m.strip() for m in members.replace("\n", " ").split(",")):
+            assert _squeezed(f"{owner}.{member}") in text, (owner, member)
+            value = inspect.getattr_static(getattr(hookscope, owner), member, None)
+            if inspect.isfunction(value):
+                for parameter in list(inspect.signature(value).parameters.values())[1:]:
+                    assert _squeezed(str(parameter)) in text, (owner, member, str(parameter))
 
 
 def test_a_web_link_goes_to_the_browser_and_the_page_stays(make_window, qtbot, monkeypatch):
@@ -153,3 +227,16 @@ def test_the_bundle_carries_the_pages_where_the_app_looks(tmp_path):
     (bundle / "hookscope" / "guide").mkdir(parents=True)
     (bundle / "hookscope" / "guide" / "index.md").write_text("# Hookscope\n")
     assert guide_pages(bundle / "resources", bundle / "hookscope") == bundle / "hookscope" / "guide"
+
+
+def test_a_viewer_started_from_python_gets_the_command_line_page_too(monkeypatch):
+    """The window under the command line does not import it: what starts the window hands the generator in."""
+    import hookscope
+    from hookscope.ui.widgets import guide_reference
+
+    monkeypatch.setattr(guide_reference, "_generators", {})
+    assert "started without the command line" in guide_reference.cli_reference()
+    monkeypatch.delitem(hookscope.__dict__, "Viewer", raising=False)  # the first use of hookscope.Viewer
+    assert hookscope.Viewer is not None
+    text = guide_reference.cli_reference()
+    assert "started without the command line" not in text and "hookscope export" in text and "--hooks" in text

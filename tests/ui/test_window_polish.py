@@ -199,9 +199,121 @@ def test_a_ticked_box_is_drawn_with_its_box(qtbot) -> None:
     assert (pixels == accent).mean() > 0.4  # filled: a box, not a bare tick
 
 
-def test_the_tree_s_type_column_holds_every_type_name(window) -> None:
+def _tree_columns(tree) -> dict[int, int]:
+    header = tree.header()
+    return {c: header.sectionSize(c) for c in range(header.count()) if not tree.isColumnHidden(c)}
+
+
+@pytest.mark.parametrize("width", [230, 330, 460, 760])
+def test_the_tree_shows_each_column_whole_or_not_at_all_never_scrolled_to(window, qapp, width) -> None:
+    """Issue 44: a narrow dock (1024x700) reached Type, Params and Shape by scrolling sideways; a wide one cut the
+    Type column at the dock's edge. Now every column shown fits the dock, Type holds its longest name, and what a
+    hidden column says is in every row's tooltip."""
+    from PySide6.QtCore import Qt
+
+    from hookscope.ui.widgets.module_tree import NAME, PARAMS, SHAPE, TOOLTIP, TYPE
+    from hookscope.ui.widgets.module_tree_view import NAME_MIN_WIDTH
+
+    window.resize(1366, 768)
+    window.resizeDocks([window.dock("modules")], [width], Qt.Orientation.Horizontal)
+    qapp.processEvents()  # the layouts, and the scroll bars' ranges after the header's
+    view = window.tree_view
+    tree = view.tree
+    shown = _tree_columns(tree)
+    assert tree.horizontalScrollBar().maximum() == 0, f"scrolls sideways: {shown} in {tree.viewport().width()}"
+    assert sum(shown.values()) <= tree.viewport().width() + 1
+    assert shown[NAME] >= NAME_MIN_WIDTH
+    metrics = tree.fontMetrics()
+    if TYPE in shown:
+        assert shown[TYPE] >= max(metrics.horizontalAdvance(t) for t in window.tree_model.types()) + 8
+    else:
+        assert PARAMS not in shown and SHAPE not in shown  # hidden from the right
+    model = window.tree_model
+    conv = model.index_of("layer1.0.conv1", NAME)
+    tip = model.data(conv, TOOLTIP)
+    assert "Conv2d" in tip and "parameters" in tip and "1×64×56×56" in tip, tip
+    if view.width() >= 700:
+        assert {TYPE, PARAMS, SHAPE} <= set(shown)
+    if view.width() <= 240:
+        assert TYPE not in shown
+    assert abs(view.width() - width) < 40, view.width()  # the dock took about the width asked for
+
+
+@pytest.mark.parametrize("width", [230, 330, 760])
+def test_the_inspectors_columns_fit_its_dock_and_a_hidden_ones_words_stay_in_reach(window, qapp, width) -> None:
+    """Issue 44: in a narrow dock the inspector's columns were reached by scrolling sideways. Now each column of
+    words is shown whole or hidden (from the right), and a hidden column's words are in the Module cell's tooltip
+    and in the line under the table for the selected hook."""
+    from PySide6.QtCore import Qt
+
+    from hookscope.ui.features.inspector import COLUMNS, KIND, METHOD, MODULE, WORDS
+
+    window.resize(1366, 768)
+    window.show_dock("inspector")
+    window.resizeDocks([window.dock("inspector")], [width], Qt.Orientation.Horizontal)
+    qapp.processEvents()
+    inspector = window.features["inspector"]
+    table = inspector.table
+    assert table.rowCount() == 4
+    shown = [c for c in WORDS if not table.isColumnHidden(c)]
+    assert table.horizontalScrollBar().maximum() == 0
+    header = table.horizontalHeader()
+    assert header.sectionViewportPosition(shown[-1]) + header.sectionSize(shown[-1]) <= table.viewport().width()
+    assert {MODULE, KIND} <= set(shown)
+    assert shown == list(WORDS[: len(shown)])  # hidden from the right
+    metrics = table.fontMetrics()
+    for column in shown:
+        widest = max(metrics.horizontalAdvance(table.item(r, column).text()) for r in range(table.rowCount()))
+        assert header.sectionSize(column) >= widest + 6, (COLUMNS[column], header.sectionSize(column), widest)
+    table.selectRow(0)
+    hidden = [c for c in WORDS if c not in shown]
+    tip = table.item(0, MODULE).toolTip()
+    for column in hidden:
+        words = table.item(0, column).text()
+        if words:
+            assert f"{COLUMNS[column]}: {words}" in tip and words in inspector.hidden_words.text()
+    assert inspector.hidden_words.isVisibleTo(inspector.widget) == bool([c for c in hidden if table.item(0, c).text()])
+    if width <= 240:
+        assert METHOD in hidden
+    if width >= 700:
+        assert not hidden
+
+
+def test_at_its_default_size_the_window_gives_the_tree_room_for_its_type_column(window, qapp) -> None:
+    """Issue 44: at 1920x1080 with the window at its 1560x980 default, the tree's Type column was cut at the dock's
+    edge. A window with room to spare gives the Modules dock the width that shows Type whole (a quarter at most)."""
     from hookscope.ui.widgets.module_tree import TYPE
 
+    window.resize(1560, 980)
+    window.fit_docks()
+    qapp.processEvents()
     tree = window.tree_view.tree
+    assert not tree.isColumnHidden(TYPE)
+    assert tree.horizontalScrollBar().maximum() == 0
+    header = tree.header()
     widest = max(tree.fontMetrics().horizontalAdvance(name) for name in window.tree_model.types())
-    assert tree.header().sectionSize(TYPE) >= widest + 8
+    assert header.sectionSize(TYPE) >= widest + 8
+    assert header.sectionViewportPosition(TYPE) + header.sectionSize(TYPE) <= tree.viewport().width()
+    assert window.dock("modules").width() <= 1560 // 4
+
+
+def test_the_interventions_list_fits_a_narrow_dock(window, qapp) -> None:
+    """At 1024x700 the Interventions list scrolled sideways to its Spec column ("Inte" of the description shown).
+    Now description and spec share the dock's width, and each row's tooltip holds both."""
+    from PySide6.QtCore import Qt
+
+    from hookscope.core.engine.interventions import Intervention
+
+    window.resize(1024, 700)
+    window.resizeDocks([window.dock("interventions")], [240], Qt.Orientation.Horizontal)
+    window.workspace.add_edit(Intervention("scale", "layer1.0.conv1", factor=0.5))
+    qapp.processEvents()
+    tree = window.features["interventions"].tree
+    assert tree.topLevelItemCount() == 1
+    assert tree.horizontalScrollBar().maximum() == 0
+    header = tree.header()
+    last = header.count() - 1
+    assert header.sectionViewportPosition(last) + header.sectionSize(last) <= tree.viewport().width()
+    item = tree.topLevelItem(0)
+    tip = item.toolTip(1)
+    assert item.text(1).split(" — ")[0] in tip and item.text(2) in tip

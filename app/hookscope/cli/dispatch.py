@@ -26,11 +26,13 @@ from hookscope.cli.download import build_download_parser, run_download
 from hookscope.cli.export import build_export_parser, run_export
 from hookscope.cli.live import build_live_parser, run_live
 from hookscope.cli.progress import end_progress_lines
+from hookscope.cli.reference import render_reference
 from hookscope.cli.scan import build_scan_parser, run_scan_command
 from hookscope.cli.teach import build_lessons_parser, build_visualize_parser, run_lessons, run_visualize
 from hookscope.core.common.errors import HookscopeError, write_error
 from hookscope.core.common.project import homepage, releases_page
 from hookscope.core.common.vocabulary import word_of, words_text
+from hookscope.core.teaching.guide import CLI_REFERENCE
 from hookscope.system.allocator import keep_freed_memory
 from hookscope.system.termination import (
     INTERRUPT_EXIT,
@@ -41,6 +43,7 @@ from hookscope.system.termination import (
     ignore_stops,
     stop_deadline,
     stopped_line,
+    stops_deferred,
 )
 
 SUBCOMMANDS = ("export", "bench", "download", "visualize", "lessons", "scan", "live")
@@ -211,6 +214,9 @@ def _main(args_list: list[str]) -> int:
         args = build_window_parser().parse_intermixed_args(args_list)
         command = run_window
     try:
+        if command is not run_window:
+            with stops_deferred():  # a Ctrl-C inside torch's own loading aborts the process (-6) instead
+                import torch  # noqa: F401
         return command(args)
     except HookscopeError as error:
         end_progress_lines()  # every error on its own line, never glued to a progress line
@@ -252,6 +258,20 @@ def run_desktop_entry(install: bool) -> int:
     return 0
 
 
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """``{"": the window's parser, "export": ..., ...}``: every parser ``hookscope`` dispatches to, for the
+    command-line reference (``reference.render_reference``)."""
+    return {"": build_window_parser(), **{name: COMMANDS[name][0]() for name in SUBCOMMANDS}}
+
+
+def provide_guide_pages() -> None:
+    """The window's guide shows the command-line reference made from this command line's parsers (the window, under
+    the command line, does not import them)."""
+    from hookscope.ui.widgets.guide_reference import provide
+
+    provide(CLI_REFERENCE, lambda: render_reference(command_parsers()))
+
+
 def run_window(args: argparse.Namespace) -> int:
     if args.install_desktop_entry or args.uninstall_desktop_entry:
         return run_desktop_entry(args.install_desktop_entry)
@@ -265,6 +285,7 @@ def run_window(args: argparse.Namespace) -> int:
         import traceback
 
         return report_startup_error(f"The window's libraries could not be loaded ({error}).", traceback.format_exc())
+    provide_guide_pages()
     return run_gui(
         image=args.images[0] if args.images else None,
         more_images=args.images[1:],

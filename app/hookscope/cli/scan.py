@@ -58,6 +58,10 @@ def build_scan_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=positive_int, default=9, metavar="K", help="top images per channel (default: 9)")
     parser.add_argument("--by", choices=("max", "mean"), default="max",
                         help="rank images by the channel's maximum (default) or its mean over positions")  # fmt: skip
+    parser.add_argument("--attention", action="store_true",
+                        help="rank the heads of the attention modules in --layers (all: every attention module whose "
+                        "weights can be read) instead of their channels: per head the images on which the class "
+                        "token's attention is most concentrated (1 - its normalised entropy over the patches)")  # fmt: skip
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (scan.json, png/)")
     parser.add_argument(
         "--batch-size",
@@ -215,9 +219,10 @@ def run_scan_command(args: argparse.Namespace) -> int:
     loaded = load_for_cli(args)
     if args.size:
         loaded.preprocess = replace(loaded.preprocess, crop=args.size, resize=args.size * 256 // 224)
-    modules = select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
+    modules = _scanned_modules(args, loaded)
     settings = ScanSettings(tuple(modules), top=args.top, by=args.by, batch_size=args.batch_size or DEFAULT_BATCH,
-                            boxes=not args.no_boxes, exact_boxes=args.exact_boxes)  # fmt: skip
+                            boxes=not args.no_boxes, exact_boxes=args.exact_boxes,
+                            heads=tuple(modules) if args.attention else ())  # fmt: skip
     settings = _fit_to_memory(loaded, settings, len(images), device, args.batch_size is not None, args.ray is None)
     backend = _backend(args, loaded, settings, images, device)
     try:
@@ -227,6 +232,20 @@ def run_scan_command(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     return done if isinstance(done, int) else _report(args, done, loaded, settings, len(images), unreadable)
+
+
+def _scanned_modules(args: argparse.Namespace, loaded: LoadedModel) -> list[str]:
+    """--layers' modules; with --attention, attention modules only (``all``: every one whose weights can be read),
+    each checked to be one whose weights can be read exactly (one line naming it and why, else)."""
+    if not args.attention:
+        return select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
+    from hookscope.core.scan.heads import capturable_heads, check_head_modules
+
+    if args.layers == "all":
+        return capturable_heads(loaded.module)
+    modules = select_layers(args.layers, [p for p, _ in loaded.module.named_modules()])
+    check_head_modules(loaded.module, modules)
+    return modules
 
 
 def _backend(args: argparse.Namespace, loaded: LoadedModel, settings: ScanSettings, images: list[Path],
@@ -319,6 +338,9 @@ def _report(args: argparse.Namespace, written: _Written, loaded: LoadedModel, se
     boxes = (
         f", boxes ({' and '.join(kinds)}) in {result.boxes_s:.1f} s" if settings.boxes else ", no boxes (--no-boxes)"
     )
+    if set(settings.heads) == set(settings.modules):
+        boxes = ", heads ranked (no boxes: a head's score is of the whole image)"
+    unit = "head" if set(settings.heads) == set(settings.modules) else "channel"
     where, modules = " on Ray" if args.ray is not None else "", len(settings.modules)
     print(f"{modules} module{'s' if modules != 1 else ''} of {loaded.display_name} over "
           f"{result.processed} images{skipped}{where}: {rate:.1f} img/s{boxes} -> {written.path}")  # fmt: skip
@@ -328,13 +350,13 @@ def _report(args: argparse.Namespace, written: _Written, loaded: LoadedModel, se
             print(f"hookscope: stopped{said} after {written.strips} of {total} PNG strips; scan.json is complete.",
                   file=sys.stderr)  # fmt: skip
             return stop_code
-        print(f"{written.strips} PNG strips of the top {settings.top} patches per channel -> {out / 'png'}")
+        print(f"{written.strips} PNG strips of the top {settings.top} patches per {unit} -> {out / 'png'}")
     if args.html:
         if written.pages < len(result.modules):
             print(f"hookscope: stopped{said} before the HTML page was written; scan.json is complete.",
                   file=sys.stderr)  # fmt: skip
             return stop_code
-        print(f"a page of every channel's top images, to open in a browser -> {out / 'index.html'}")
+        print(f"a page of every {unit}'s top images, to open in a browser -> {out / 'index.html'}")
     return 0
 
 

@@ -124,6 +124,31 @@ def stop_deadline(seconds: float = STOP_DEADLINE_S) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Within the block, Ctrl-C and SIGTERM are held and raised when it ends (the main thread only).
+
+    For imports of compiled libraries: a ``KeyboardInterrupt`` raised in a Python function that PyTorch's C++ calls
+    while it loads (``import torch`` runs Python from pybind11) cannot unwind through it, and the process aborts with
+    "terminate called after throwing an instance of 'pybind11::error_already_set'" (status -6) instead of saying
+    one line. Held until the import is done, the signal is the usual one-line stop."""
+    if not _in_main_thread():
+        yield
+        return
+    held: list[int] = []
+    numbers = [n for n in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if n is not None]
+    previous = {number: signal.signal(number, lambda signum, frame: held.append(signum)) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if held:
+        status = SIGTERM_EXIT if held[0] != signal.SIGINT else INTERRUPT_EXIT
+        _arm(status)
+        raise Terminated(f"signal {held[0]}") if status == SIGTERM_EXIT else KeyboardInterrupt
+
+
 def ignore_stops() -> None:
     """Ctrl-C and SIGTERM ignored from now on (the main thread only): for the moments after a command has finished
     and said so, when Python's default handler would end the process by the signal instead of its status."""

@@ -509,6 +509,10 @@ class MainWindow(QMainWindow):
         panel area keeps about 530 px (two panels side by side), at 1920 px about 1240."""
         width = self.width()
         left = int(min(max(width * 0.2, 240), 400))
+        if width >= 1500:  # room to spare (the 1560 px default): the tree's Type column too, up to a quarter
+            tree = self.tree_view
+            dock = self._docks["modules"].width() - tree.width() if tree.width() > 0 else 4
+            left = max(left, min(tree.width_with_type() + dock, int(width * 0.25)))
         right = int(min(max(width * 0.2, 230), 380))
         self.resizeDocks([self._docks["modules"], self._docks["input"]], [left, right], Qt.Orientation.Horizontal)
         height = self.height()

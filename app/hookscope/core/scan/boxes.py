@@ -88,7 +88,8 @@ def channel_boxes(
     if not units:
         return []
     preprocess = Preprocess(**result.preprocessing) if result.preprocessing else loaded.preprocess
-    scanner = ChannelScanner(loaded.module.to(device), ScanSettings((path,), top=len(units)), device)
+    heads = (path,) if module.layout.kind == "heads" else ()
+    scanner = ChannelScanner(loaded.module.to(device), ScanSettings((path,), top=len(units), heads=heads), device)
     paths = [Path(p) for p in result.images]
     boxes = chunk_boxes(scanner, preprocess, units, read_units(paths, preprocess, units))
     return [TopImage(t.image, t.score, t.y, t.x, box) for t, box in zip(entries, boxes)]

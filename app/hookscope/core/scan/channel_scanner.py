@@ -45,7 +45,7 @@ class ChannelScanner:
         if self._hooks is not None:
             yield
             return
-        hooks = PassHooks(self.model, self.settings.modules, lambda _path, _tensor: None)
+        hooks = PassHooks(self.model, self.settings.modules, lambda _path, _tensor: None, self.settings.heads)
         self._hooks = hooks
         try:
             with eval_mode(self.model):
@@ -56,6 +56,8 @@ class ChannelScanner:
 
     def _layout(self, path: str, tensor: torch.Tensor) -> Layout:
         layout = layout_of(tensor.shape, path)
+        if path in self.settings.heads:  # (N, heads): one score per image and head (``heads.concentration``)
+            layout = Layout("heads", layout.channels, 1, 1)
         known = self.layouts.setdefault(path, layout)
         if known != layout:
             raise HookscopeError(
@@ -135,7 +137,7 @@ class ChannelScanner:
 
         paths = list(rows)
         x = x.detach().to(self.device).clone().requires_grad_(True)
-        hooks = PassHooks(self.model, paths, take)
+        hooks = PassHooks(self.model, paths, take, self.settings.heads)
         try:
             with torch.enable_grad(), eval_mode(self.model):
                 hooks.run(self.model, x)

@@ -111,6 +111,7 @@ def scan_fingerprint(loaded: LoadedModel, settings: ScanSettings, images: Sequen
         "batch_size": settings.batch_size,
         "boxes": settings.boxes,
         "exact_boxes": settings.exact_boxes,
+        **({"heads": list(settings.heads)} if settings.heads else {}),  # only then: earlier checkpoints still match
         "images": len(images),
         # surrogateescape: a name that is not UTF-8 hashes as its own bytes (a UTF-8 name is hashed as before)
         "images_sha256": hashlib.sha256(names.encode("utf-8", "surrogateescape")).hexdigest(),

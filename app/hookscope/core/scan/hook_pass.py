@@ -8,7 +8,7 @@ its passes, so they can stay on a model over many batches without touching any o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +17,7 @@ from torch import nn
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.structure import tensor_leaves
+from hookscope.core.scan.heads import register_head_hooks
 from hookscope.core.scan.results import Layout
 
 
@@ -56,9 +57,13 @@ class PassHooks:
     """Forward hooks on ``paths``, one pass at a time: during ``run`` the first call of each module goes to
     ``take(path, tensor)`` (a module called twice, as ResNet's ``relu``, is read at its first call); once every
     module has been read, the pass stops. Outside ``run`` the hooks do nothing, so they can stay registered over
-    many passes (a scan registers them once, not once per batch) without touching any other use of the model."""
+    many passes (a scan registers them once, not once per batch) without touching any other use of the model.
 
-    def __init__(self, model: nn.Module, paths: Sequence[str], take: Callable[[str, torch.Tensor], None]) -> None:
+    A path in ``heads`` (an attention module, ``scan --attention``) hands ``take`` its heads' scores, (N, heads),
+    instead of its output: the Attn tick's hooks (``heads.register_head_hooks``) read its attention weights."""
+
+    def __init__(self, model: nn.Module, paths: Sequence[str], take: Callable[[str, torch.Tensor], None],
+                 heads: Collection[str] = ()) -> None:  # fmt: skip
         modules = dict(model.named_modules())
         missing = [p for p in paths if p not in modules]
         if missing:
@@ -69,18 +74,32 @@ class PassHooks:
         self.take = take
         self.seen: set[str] = set()
         self.running = False
-        self._handles = [modules[path].register_forward_hook(self._hook(path)) for path in self.paths]
+        self._handles = []
+        for path in self.paths:
+            if path in heads:
+                self._handles += register_head_hooks(modules[path], lambda: self.running, self._reader(path))
+            else:
+                self._handles.append(modules[path].register_forward_hook(self._hook(path)))
 
     def _hook(self, path: str) -> Callable:
+        read = self._reader(path)
+
         def hook(_module: nn.Module, _args: tuple, output: Any) -> None:
+            if self.running and path not in self.seen:
+                read(output_tensor(output, path))
+
+        return hook
+
+    def _reader(self, path: str) -> Callable[[torch.Tensor], None]:
+        def read(tensor: torch.Tensor) -> None:
             if not self.running or path in self.seen:
                 return
             self.seen.add(path)
-            self.take(path, output_tensor(output, path))
+            self.take(path, tensor)
             if len(self.seen) == len(self.paths):
                 raise _StopForward
 
-        return hook
+        return read
 
     def run(self, model: nn.Module, x: torch.Tensor) -> None:
         self.seen = set()

@@ -38,7 +38,10 @@ def scan_memory(loaded: LoadedModel, settings: ScanSettings, images: int, local:
     """The scan's memory (one forward pass of a small probe measures the model's activations)."""
     preprocess = loaded.preprocess
     per_pixel = activation_bytes(loaded.module, preprocess.channels, settings.modules)
-    widths = [layout_of(shape, path).channels for path, shape in per_pixel.shapes.items() if 2 <= len(shape) <= 4]
+    # A module whose heads are ranked keeps a top-k per head, fewer than its output's channels: left out (the need
+    # stays a lower bound).
+    widths = [layout_of(shape, path).channels for path, shape in per_pixel.shapes.items()
+              if 2 <= len(shape) <= 4 and path not in settings.heads]  # fmt: skip
     ratio = (preprocess.resize or preprocess.crop) / preprocess.crop  # the resize's shorter side, per crop pixel
     tensor = preprocess.channels * 4
     entries = max(1, sum(widths)) * min(settings.top, images) if settings.boxes else 0

@@ -21,6 +21,7 @@ from hookscope.core.common.errors import HookscopeError
 from hookscope.core.models.loaded import model_title
 from hookscope.core.scan.results import (
     BOX_DEFINITIONS,
+    HEAD_SCORE,
     ModuleScan,
     PatchReader,
     ScanResult,
@@ -135,30 +136,55 @@ def _index_page(result: ScanResult, links: list[tuple[str, ModuleScan, str]]) ->
     model = model_title(result.model)  # "resnet18 (untrained: random weights, seed 0)": random weights said
     settings = result.settings
     rows = "".join(
-        f'<tr><td><a href="{href}">{html.escape(path or "(model)")}</a></td><td>{module.channels} channels</td>'
-        f"<td>{module.layout.kind} {module.layout.height}x{module.layout.width}</td>"
+        f'<tr><td><a href="{href}">{html.escape(path or "(model)")}</a></td>'
+        f"<td>{module.channels} {module.layout.unit}s</td><td>{_shape(module)}</td>"
         f"<td>boxes: {html.escape(module.boxes or 'none')}</td></tr>\n"
         for path, module, href in links
     )  # fmt: skip
+    boxed = settings.boxes and set(settings.modules) != set(settings.heads)
     definitions = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
-                          for k, v in BOX_DEFINITIONS.items()) if settings.boxes else ""  # fmt: skip
+                          for k, v in BOX_DEFINITIONS.items()) if boxed else ""  # fmt: skip
+    if settings.heads and not boxed and set(settings.modules) == set(settings.heads):  # scan --attention
+        title = f"Where each attention head of {model} concentrates"
+        intro = f"{result.processed} images, the top {settings.top} per head by its score."
+    else:
+        title = f"What excites each channel of {model}"
+        intro = (f"{result.processed} images, the top {settings.top} per channel by the channel's "
+                 f"{'maximum' if settings.by == 'max' else 'mean'}; the red box is the region of the image the "
+                 "position of that value sees.")  # fmt: skip
     return (
-        _head(f"Scan of {model}") + f"<h1>What excites each channel of {html.escape(str(model))}</h1>\n"
-        f'<p class="note">{result.processed} images, the top {settings.top} per channel by the channel\'s '
-        f"{'maximum' if settings.by == 'max' else 'mean'}; the red box is the region of the image the position of "
-        f'that value sees.</p>\n<ul class="note">{definitions}</ul>\n<h2>Modules</h2>\n<table>{rows}</table>\n'
+        _head(f"Scan of {model}") + f"<h1>{html.escape(title)}</h1>\n"
+        f'<p class="note">{html.escape(intro)}</p>\n{_heads_note(settings.heads)}<ul class="note">{definitions}</ul>\n'
+        f"<h2>Modules</h2>\n<table>{rows}</table>\n"
         "</body></html>\n"
     )
+
+
+def _shape(module: ModuleScan) -> str:
+    """A module's layout in a few words: "maps 28x28", "tokens 197x1"; "one score per image" for heads."""
+    layout = module.layout
+    return "one score per image" if layout.kind == "heads" else f"{layout.kind} {layout.height}x{layout.width}"
+
+
+def _heads_note(heads: tuple[str, ...]) -> str:
+    """The line that says what a head's score is, on a page that shows heads (``scan --attention``)."""
+    if not heads:
+        return ""
+    return f'<p class="note">Heads are ranked by {html.escape(HEAD_SCORE)}.</p>\n'
 
 
 def _module_page(result: ScanResult, module: ModuleScan, pages: Path,
                  thumbnail: Callable[[int], tuple[str, int, int] | None]) -> str:  # fmt: skip
     model = model_title(result.model)
-    parts = [_head(f"{module.path or '(model)'} of {model}: what excites each channel"),
+    unit, heads = module.layout.unit, module.layout.kind == "heads"
+    what = "each head's most concentrated images" if heads else "what excites each channel"
+    boxes = ("each score is of the whole image: no box" if heads else
+             f"boxes: {html.escape(module.boxes or 'none')} "
+             f"({html.escape(BOX_DEFINITIONS.get(module.boxes or '', 'not computed'))})")  # fmt: skip
+    parts = [_head(f"{module.path or '(model)'} of {model}: {what}"),
              f'<p><a href="../{PAGE}">All modules</a></p>\n<h1>{html.escape(module.path or "(model)")}</h1>\n'
              f'<p class="note">{html.escape(module.path or "The whole model")} of {html.escape(model)}: '
-             f'{module.channels} channels; boxes: {html.escape(module.boxes or "none")} '
-             f"({html.escape(BOX_DEFINITIONS.get(module.boxes or '', 'not computed'))}).</p>\n"]  # fmt: skip
+             f"{module.channels} {unit}s; {boxes}.</p>\n{_heads_note((module.path,) if heads else ())}"]  # fmt: skip
     for channel, entries in enumerate(module.top):
         figures = []
         for entry in entries:
@@ -175,11 +201,12 @@ def _module_page(result: ScanResult, module: ModuleScan, pages: Path,
             figures.append(
                 f'<figure class="top" data-image="{entry.image}"><a class="frame" href="{_href(source, pages)}">'
                 f"{picture}{box}</a><figcaption><span class=\"score\">{_number(entry.score)}</span> "
-                f"{name}<br>y {entry.y}, x {entry.x}</figcaption></figure>"
+                f"{name}{'' if heads else f'<br>y {entry.y}, x {entry.x}'}</figcaption></figure>"
             )  # fmt: skip
-        stats = (f"mean {_number(float(module.mean[channel]))}, std {_number(float(module.std[channel]))}, "
-                 f"active in {_number(100 * float(module.active[channel]))}% of the images")  # fmt: skip
-        parts.append(f'<section class="channel" id="channel-{channel}"><h3>channel {channel} '
+        stats = f"mean {_number(float(module.mean[channel]))}, std {_number(float(module.std[channel]))}"
+        if not heads:  # a head's score is above 0 in every image: "active" says nothing of it
+            stats += f", active in {_number(100 * float(module.active[channel]))}% of the images"
+        parts.append(f'<section class="channel" id="{unit}-{channel}"><h3>{unit} {channel} '
                      f'<span class="stats">{stats}</span></h3><div class="tops">{"".join(figures)}</div></section>\n')  # fmt: skip
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -54,6 +54,12 @@ BOX_DEFINITIONS = {
     GRADIENT: "the bounding box of the input pixels where the unit's gradient in that image is nonzero (a pixel is "
     "in it iff changing it changes the unit, to first order); null where the gradient is zero everywhere",
 }
+# What a head's score is (``scan --attention``; computed by ``heads.concentration``), written into scan.json.
+HEAD_SCORE = (
+    "how concentrated the class token's attention over the patches is in that image: 1 - H(p) / log(P), p its "
+    "attention over the P patch keys (class token and registers set aside, renormalised), H the entropy; 1: all on "
+    "one patch, 0: spread evenly (without a class token, the mean of every token's attention)"
+)
 
 Box = tuple[int, int, int, int]  # (x0, y0, x1, y1), pixels, the end exclusive (as PIL's crop takes it)
 
@@ -62,7 +68,9 @@ Box = tuple[int, int, int, int]  # (x0, y0, x1, y1), pixels, the end exclusive (
 class ScanSettings:
     """What to scan: ``modules`` (paths), ``top`` images per channel ranked ``by`` "max" or "mean", ``batch_size``
     images per forward pass (and units per gradient pass), ``boxes``: compute the boxes; ``exact_boxes``: every box
-    by the gradient definition (else the receptive field where the architecture allows it)."""
+    by the gradient definition (else the receptive field where the architecture allows it). ``heads``: the attention
+    modules among ``modules`` whose heads are ranked instead of their output's channels (``heads``: a head's score
+    is of the whole image, so it has no box)."""
 
     modules: tuple[str, ...]
     top: int = 9
@@ -70,11 +78,15 @@ class ScanSettings:
     batch_size: int = 32
     boxes: bool = True
     exact_boxes: bool = False
+    heads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", tuple(dict.fromkeys(self.modules)))
+        object.__setattr__(self, "heads", tuple(dict.fromkeys(self.heads)))
         if not self.modules:
             raise HookscopeError("Name at least one module to scan.")
+        if not set(self.heads) <= set(self.modules):
+            raise HookscopeError("The modules whose heads are ranked must be among the modules scanned.")
         if self.top < 1:
             raise HookscopeError(f"The number of top images per channel must be at least 1, not {self.top}.")
         if self.batch_size < 1:
@@ -87,7 +99,8 @@ class ScanSettings:
 class Layout:
     """How a module's output is read as channels and positions, as the window reads it: ``maps`` (N, C, H, W),
     ``maps-last`` (N, H, W, C: a square grid with more channels than rows, as Swin's), ``tokens`` (N, L, C; the
-    position's y is the token, x is 0) and ``vector`` (N, C; one position)."""
+    position's y is the token, x is 0) and ``vector`` (N, C; one position); ``heads`` (N, heads; one position): an
+    attention module's heads, each scored per image (``heads.concentration``), its "channels" heads."""
 
     kind: str
     channels: int
@@ -114,6 +127,11 @@ class Layout:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "channels": self.channels, "height": self.height, "width": self.width}
+
+    @property
+    def unit(self) -> str:
+        """What one of its channels is called: "head" for an attention module's heads, else "channel"."""
+        return "head" if self.kind == "heads" else "channel"
 
 
 def floats(values: torch.Tensor | np.ndarray) -> list:
@@ -204,6 +222,7 @@ class ScanResult:
                 "boxes": self.settings.boxes,
                 "exact_boxes": self.settings.exact_boxes,
                 "box_definitions": BOX_DEFINITIONS if self.settings.boxes else {},
+                **({"heads": list(self.settings.heads), "head_score": HEAD_SCORE} if self.settings.heads else {}),
                 "preprocessing": self.preprocessing,
                 "layouts": {path: m.layout.describe() for path, m in self.modules.items()},
                 "processed": self.processed,
@@ -221,10 +240,11 @@ class ScanResult:
         try:
             extra = data.get("scan", {})
             images = [_text(p) for p in data["images"]]
+            layouts = extra.get("layouts", {})
+            heads = tuple(path for path in data["modules"] if (layouts.get(path) or {}).get("kind") == "heads")
             settings = ScanSettings(tuple(data["modules"]), _count(extra.get("top", 9)), str(extra.get("by", "max")),
                                     _count(extra.get("batch_size", 32)), bool(extra.get("boxes", True)),
-                                    bool(extra.get("exact_boxes", False)))  # fmt: skip
-            layouts = extra.get("layouts", {})
+                                    bool(extra.get("exact_boxes", False)), heads)  # fmt: skip
             modules = {}
             for path, entry in data["modules"].items():
                 shape = layouts.get(path) or {"kind": "maps", "height": 0, "width": 0}
@@ -257,7 +277,7 @@ class ScanResult:
                                  path=where) from error  # fmt: skip
 
 
-LAYOUTS = ("maps", "maps-last", "tokens", "vector")
+LAYOUTS = ("maps", "maps-last", "tokens", "vector", "heads")
 MAX_COUNT = 2**31  # channels, positions, pixels: more than any real model has, small enough to hold
 
 
@@ -477,12 +497,12 @@ def write_strips(result: ScanResult, out_dir: str | Path, size: int = 96,
         for channel in range(module.channels):
             if cancelled is not None and cancelled():
                 return written
-            target = folder / f"channel-{channel:04d}.png"
+            target = folder / f"{module.layout.unit}-{channel:04d}.png"
             try:
                 strip = reader.strip(path, channel, size)
                 picture = Image.fromarray(_with_note(strip, note) if note else strip)
                 info = PngInfo()  # the model, as the page titles it, in the file's own Title
-                info.add_text("Title", f"{path or '(model)'} channel {channel} of {title}")
+                info.add_text("Title", f"{path or '(model)'} {module.layout.unit} {channel} of {title}")
                 picture.save(target, pnginfo=info)
             except OSError as error:
                 target.unlink(missing_ok=True)  # no half-written strip left behind

@@ -144,15 +144,16 @@ class _Call:
         else by the gradient (checkpointed: ``state.boxes`` holds them in the order of these units); True once
         every box is in (False: stopped)."""
         state, settings, loaded = self.state, self.settings, self.loaded
-        units = state.final_units(settings.modules)
+        boxed = [path for path in settings.modules if path not in settings.heads]  # a head's score has no position
+        units = state.final_units(boxed)
         phase_start = time.perf_counter()
         self.tell("boxes", 0, len(units))
-        fields = {} if settings.exact_boxes else module_fields(loaded, state.layouts, settings.modules)
+        fields = {} if settings.exact_boxes else module_fields(loaded, state.layouts, boxed)
         boxes.update(field_boxes(self.paths, loaded.preprocess, [u for u in units if u[0] in fields], fields))
         gradient = [u for u in units if u[0] not in fields]
         found: list[Box | None] = list(state.boxes or [])
         state.boxes = found
-        state.box_kinds = {p: (FIELD if p in fields else GRADIENT) for p in settings.modules}
+        state.box_kinds = {p: (FIELD if p in fields else GRADIENT) for p in boxed}
         chunks = [gradient[i : i + settings.batch_size] for i in range(len(found), len(gradient), settings.batch_size)]
         done_fields = len(units) - len(gradient)
         state.boxes_s += time.perf_counter() - phase_start

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,13 +64,18 @@ def find_guide(resources: Path | None = None) -> GuideLocation | None:
 # data in pyproject.toml; the bundle: packaging/hookscope.spec). No browser or Markdown program is needed.
 PAGES_FOLDER = "guide"  # hookscope/guide/ when installed
 FIRST_PAGE = "index.md"
-CLI_REFERENCE = "reference/cli.md"  # generated from the parsers when the site is built (docs/hooks/guide_files.py)
+# Generated from the parsers (hookscope.cli.reference), by the site's build (docs/hooks/guide_files.py) and by the
+# window's guide when the page is opened: no file of that name is in docs/.
+CLI_REFERENCE = "reference/cli.md"
 _DIRECTIVE = re.compile(r"^::: *(?P<name>[\w.]+)\n(?P<options>(?:[ \t]+.*\n|\n(?=[ \t]))*)", re.MULTILINE)
+_MEMBERS = re.compile(r"^\s*members:\s*(?:\[(?P<names>[^\]]*)\]|(?P<flag>false|true))", re.MULTILINE)
 _SCREENSHOT = re.compile(r"\]\((?:\.\./)*screenshots/(?P<name>[\w.-]+)\)")
+# The docstrings name other objects the Sphinx way (:class:`Preprocess`); in Markdown the role would show as text.
+_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|mod|obj|exc|data|const):`~?([^`]+)`")
+# What a page on the command line says where no generator is at hand (``page_text`` without ``generated``).
 CLI_STAND_IN = """# Command-line reference
 
-This page is generated from `hookscope`'s own parsers when the guide is built as a web site (the installer ships
-that site). Every subcommand prints the same text itself:
+This page is generated from `hookscope`'s own parsers. Every subcommand prints the same text itself:
 
 ```
 hookscope --help
@@ -100,15 +105,46 @@ def slug(title: str) -> str:
     return re.sub(r"[-\s]+", "-", text)
 
 
+def plain_roles(text: str) -> str:
+    """``:class:`Preprocess``` -> ```Preprocess```: a code span of the name, as a reader of the source sees it (the
+    site's API reference through ``docs/hooks/griffe_roles.py``, the window's through ``page_text``'s describer)."""
+    return _ROLE.sub(lambda match: f"`{match.group(1)}`", text)
+
+
+Members = tuple[str, ...] | None  # the members a directive asks for: None for every public one, () for none
+
+
+def directive_members(options: str) -> Members:
+    """The ``members:`` option of a mkdocstrings directive: ``[a, b]`` those, ``false`` none, absent every one."""
+    found = _MEMBERS.search(options)
+    if found is None or found["flag"] == "true":
+        return None
+    if found["flag"] == "false":
+        return ()
+    return tuple(name.strip() for name in found["names"].replace("\n", " ").split(",") if name.strip())
+
+
 def page_text(
-    page: Path, pages: Path, resources: Path | None = None, describe: Callable[[str], str] | None = None
+    page: Path,
+    pages: Path,
+    resources: Path | None = None,
+    describe: Callable[[str, Members], str] | None = None,
+    generated: Mapping[str, Callable[[], str]] | None = None,
 ) -> str:
     """The Markdown of one page as the guide viewer shows it: the screenshots the site build adds
     (``screenshots/NAME.png``) point at the shipped pictures, a mkdocstrings directive (``::: hookscope.capture``)
-    becomes the name's signature and docstring (``describe(name)``, else a line on ``help()``), and the
-    command-line reference, which only the site build writes, is a page on ``--help``."""
+    becomes what ``describe(name, members)`` writes of the name (its signature and docstring, and those of the
+    members the directive asks for; without a describer, a line on ``help()``), and a page only the site build
+    writes (``reference/cli.md``) is made by ``generated[its path under pages]``, else a page on ``--help``."""
     if not page.is_file():
-        if page.resolve() == (pages / CLI_REFERENCE).resolve():
+        try:
+            relative = page.resolve().relative_to(pages.resolve()).as_posix()
+        except ValueError:
+            raise FileNotFoundError(page) from None
+        maker = (generated or {}).get(relative)
+        if maker is not None:
+            return maker()
+        if relative == CLI_REFERENCE:
             return CLI_STAND_IN
         raise FileNotFoundError(page)
     text = page.read_text(encoding="utf-8")
@@ -117,8 +153,7 @@ def page_text(
 
     def directive(match: re.Match[str]) -> str:
         name = match["name"]
-        body = describe(name) if describe is not None else ""
-        body = body or f"In Python, `help({name})` prints its signature and docstring."
-        return f"#### `{name}`\n\n{body}\n\n"
+        body = describe(name, directive_members(match["options"])) if describe is not None else ""
+        return body or f"#### `{name}`\n\nIn Python, `help({name})` prints its signature and docstring.\n\n"
 
     return _DIRECTIVE.sub(directive, text)

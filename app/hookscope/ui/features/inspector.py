@@ -12,7 +12,8 @@ a script. Its dock shares a tab stack with the Interventions; Hooks > Hook inspe
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QStyle,
     QTableWidget,
     QTableWidgetItem,
     QToolButton,
@@ -46,6 +48,9 @@ SHOW_ACTION = "hooks.inspector"
 SHOWN_ROWS = 5  # the table never shows fewer hooks than this without scrolling
 COLUMNS = ("Module", "Kind", "Method", "Reads/edits", "Note", "")
 MODULE, KIND, METHOD, ROLE, NOTE, REMOVE = range(len(COLUMNS))
+WORDS = (MODULE, KIND, METHOD, ROLE, NOTE)  # the columns of words; the dock hides them from the right as it narrows
+CELL_MARGIN = 14  # px beside a cell's words (the style's text margins and the grid line)
+REMOVE_WIDTH = 28  # the ✕ column
 
 
 YOURS_WHY = (
@@ -68,6 +73,57 @@ def why_text(info: HookInfo) -> str:
     column = KIND_COLUMNS.get(info.kind)
     tick = f"The {HEADERS[column]} tick" if column is not None else f"A {info.kind} hook (not a column of the tree)"
     return f"{tick}: {kind_hook(info.kind)}."
+
+
+class HookTable(QTableWidget):
+    """The live hooks' table, its columns of words each shown whole or not at all, never reached by scrolling
+    sideways (a 1024x700 window's dock scrolled to "register_forw" and "ethe"): Module and Kind always, then Method,
+    Reads/edits and Note while they fit beside them. What a hidden column says is in the Module cell's tooltip and
+    in the line under the table for the selected hook; a wider dock shows the columns again."""
+
+    def __init__(self) -> None:
+        super().__init__(0, len(COLUMNS))
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a module name wider than the whole dock
+        self.columns_fitted = lambda: None  # told after each fit (the feature's line under the table follows)
+
+    def words_width(self, column: int) -> int:
+        """The width that shows every word of ``column``, its title's too."""
+        metrics = self.fontMetrics()
+        texts = [item.text() for row in range(self.rowCount()) if (item := self.item(row, column)) is not None]
+        title = self.horizontalHeader().fontMetrics().horizontalAdvance(COLUMNS[column]) + 2 * CELL_MARGIN
+        return max([metrics.horizontalAdvance(text) + CELL_MARGIN for text in texts] + [title])
+
+    def room(self) -> int:
+        """The width the columns share: the viewport's, less a vertical scroll bar whether it shows yet or not."""
+        bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+        return self.maximumViewportSize().width() - bar - REMOVE_WIDTH
+
+    def fit_columns(self) -> None:
+        header = self.horizontalHeader()
+        room = self.room()
+        widths = {column: self.words_width(column) for column in WORDS}
+        used = widths[MODULE] + widths[KIND]
+        fits = True
+        for column in (METHOD, ROLE, NOTE):
+            fits = fits and used + widths[column] <= room
+            self.setColumnHidden(column, not fits)
+            if fits:
+                header.resizeSection(column, widths[column])
+                used += widths[column]
+        header.resizeSection(KIND, widths[KIND])
+        header.resizeSection(REMOVE, REMOVE_WIDTH)
+        # Module takes what the others leave: more than its words in a wide dock, less ("…" mid-name, the whole name
+        # in the tooltip) in one narrower than Module and Kind.
+        header.resizeSection(MODULE, max(40, room - (used - widths[MODULE])))
+        self.columns_fitted()
+
+    def hidden_columns(self) -> list[int]:
+        return [column for column in WORDS if self.isColumnHidden(column)]
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self.fit_columns()
 
 
 class InspectorFeature:
@@ -94,7 +150,7 @@ class InspectorFeature:
         top.addStretch(1)
         top.addWidget(self.remove_all_button)
 
-        self.table = QTableWidget(0, len(COLUMNS))
+        self.table = HookTable()
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -103,15 +159,19 @@ class InspectorFeature:
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
-        # Every column as wide as its words, the table scrolling sideways in a narrow dock: a stretched Method
-        # column and a 60 px Note showed "register_forw" and "ethe". The ✕ column takes what is left.
-        header.setStretchLastSection(True)
+        # Every column shown as wide as its words (HookTable.fit_columns): a stretched Method column and a 60 px Note
+        # showed "register_forw" and "ethe". Module takes what is left.
         header.setMinimumSectionSize(24)
-        for column in (MODULE, KIND, METHOD, ROLE, NOTE):
-            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        for column in WORDS:
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+        header.setSectionResizeMode(REMOVE, QHeaderView.ResizeMode.Fixed)
         self.table.verticalHeader().setDefaultSectionSize(24)
+        self.table.columns_fitted = self._show_code
         self.table.itemSelectionChanged.connect(self._show_code)
 
+        self.hidden_words = WrappedLabel("")  # the selected hook's words of the columns a narrow dock hides
+        self.hidden_words.setObjectName("muted")
+        self.hidden_words.setVisible(False)
         self.why = WrappedLabel("")
         self.why.setToolTip("Which tick registered this hook, and why that PyTorch hook")
         self.note = notice_label()
@@ -134,17 +194,14 @@ class InspectorFeature:
         # (which scrolls itself) and the Copy buttons.
         rows = self.table.verticalHeader().defaultSectionSize() * SHOWN_ROWS
         self._least_heights = (
-            rows
-            + self.table.horizontalHeader().sizeHint().height()
-            + self.table.horizontalScrollBar().sizeHint().height()  # the columns scroll sideways
-            + 2 * self.table.frameWidth()
-            + 2,
+            rows + self.table.horizontalHeader().sizeHint().height() + 2 * self.table.frameWidth() + 2,
             3 * self.code.fontMetrics().lineSpacing() + 12,
         )
         layout = QVBoxLayout(self.widget)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addWidget(self.table, 2)
+        layout.addWidget(self.hidden_words)
         layout.addWidget(self.why)
         layout.addWidget(self.note)
         layout.addWidget(self.code, 1)
@@ -243,10 +300,12 @@ class InspectorFeature:
         for row, info in enumerate(self.infos):
             note = info.label if info.edit_id is not None else info.note
             cells = (info.path or "(model)", word_of(info.kind), info.method, info.reads_or_edits, note)
+            # The Module cell's tooltip has the whole row's words: what the columns a narrow dock hides say too
+            words = "\n".join([cells[MODULE], *(f"{COLUMNS[c]}: {cells[c]}" for c in WORDS[1:] if cells[c])])
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 tip = YOURS_WHY if info.yours else why_text(info)
-                item.setToolTip(tip if column in (KIND, METHOD) else text if column != NOTE else note)
+                item.setToolTip(words if column == MODULE else tip if column in (KIND, METHOD) else text)
                 self.table.setItem(row, column, item)
             if not self.is_external(info) and not info.yours:  # a feature's hook: its feature removes it; yours: you
                 remove = QToolButton()
@@ -259,6 +318,7 @@ class InspectorFeature:
             if keep is not None and hook_identity(info) == keep:
                 row_to_select = row
         self.table.blockSignals(False)
+        self.table.fit_columns()  # the new rows' words
         if row_to_select >= 0:
             self.table.selectRow(row_to_select)
         else:
@@ -288,7 +348,16 @@ class InspectorFeature:
             self.code.setPlainText("")
             self.why.setText("")
             self.note.setVisible(False)
+            self.hidden_words.setVisible(False)
             return
+        row = self.infos.index(info)
+        hidden = [
+            f"{COLUMNS[column]}: {item.text()}"
+            for column in self.table.hidden_columns()
+            if (item := self.table.item(row, column)) is not None and item.text()
+        ]
+        self.hidden_words.setText(" · ".join(hidden))
+        self.hidden_words.setVisible(bool(hidden))
         self.why.setText(YOURS_WHY if info.yours else "" if self.is_external(info) else why_text(info))
         try:
             if info.yours:

@@ -87,9 +87,10 @@ class InterventionsFeature:
         header.setStretchLastSection(False)
         header.setSectionResizeMode(ON, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(DESCRIPTION, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(SPEC, QHeaderView.ResizeMode.Interactive)
+        # The description and the spec share the width (a fixed 150 px Spec scrolled a 1024 px window's dock
+        # sideways and left "Inte" of the description); each row's tooltip has both in full.
+        header.setSectionResizeMode(SPEC, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(REMOVE, QHeaderView.ResizeMode.ResizeToContents)
-        header.resizeSection(SPEC, 150)
         self.tree.itemChanged.connect(self._on_item_changed)
         self.add_button = QPushButton("Add…")
         self.add_button.setToolTip(

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QMetaMethod, QObject, Qt, Signal, Slot
 
 from hookscope.ui.state.worker import AnyPoolWorker, PoolGeneratorWorker, PoolWorker, model_pool, start_worker
 
@@ -114,6 +114,17 @@ class Task(QObject):
         self._on_end(self)
         if not self._quiet:
             self.ended.emit()
+        self._let_go_of_listeners()
+
+    def _let_go_of_listeners(self) -> None:
+        """Nothing comes from an ended task: its connections go. A feature listens with a ``partial`` that holds the
+        task (to tell which task spoke); the connection holds that partial in C++, where Python's collector cannot
+        see the cycle, and every task stayed alive with its listeners (issue 48, the window's memory loop)."""
+        meta = self.metaObject()
+        for index in range(meta.methodOffset(), meta.methodCount()):
+            method = meta.method(index)
+            if method.methodType() == QMetaMethod.MethodType.Signal and self.isSignalConnected(method):
+                getattr(self, bytes(method.name().data()).decode()).disconnect()
 
     @Slot()
     def _on_posted_start(self) -> None:

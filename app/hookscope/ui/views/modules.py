@@ -25,7 +25,7 @@ class ModulesView:
         self.space = space
         self._menu_entries = menu_entries  # what features add to a module's context menu (Host.add_module_menu)
         self._parent = parent
-        self.model = ModuleTreeModel(parent)
+        self.model = ModuleTreeModel()  # the view's child: it outlives the tree that shows it (ModuleTreeView)
         self.model.tick_requested.connect(space.set_ticked)  # direct: the hook is on when setData returns
         self.view = ModuleTreeView(self.model)
         self.view.menu_requested.connect(self._menu)

@@ -1,12 +1,12 @@
 """The user guide inside the window (Help > User guide): the guide's Markdown pages, shipped with every installation
 (core/teaching/guide.py finds them), rendered by Qt with their pictures, links between pages, anchors, back and
-forward. Nothing outside Hookscope is asked: a desktop with no program for Markdown (Qt's openUrl still answers
-success there) or no browser at all shows the guide the same."""
+forward; the pages the site's build generates (the command-line and Python API references) are generated here too,
+when opened (guide_reference.py). Nothing outside Hookscope is asked: a desktop with no program for Markdown (Qt's
+openUrl still answers success there) or no browser at all shows the guide the same."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +15,13 @@ from PySide6.QtGui import QDesktopServices, QImage, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
 from hookscope.core.teaching.guide import FIRST_PAGE, page_text, slug
+from hookscope.ui.widgets.guide_reference import API_REFERENCE, GENERATED, complete_api_page, describe
 
 TITLE = "Hookscope user guide"
 IMAGE_MARGIN = 40  # px left beside a picture scaled to the page's width (the document's margins, a scroll bar)
-
-
-def describe(name: str) -> str:
-    """A name a page documents (``::: hookscope.capture``) as the API reference page shows it: signature and
-    docstring. The name is read from the page, so it is looked up then (``hookscope`` loads a public name's module
-    on its first use)."""
-    module, _, attribute = name.rpartition(".")
-    try:
-        value = getattr(importlib.import_module(module), attribute)
-    except Exception:  # noqa: BLE001 (a name that cannot load costs its docstring, never the page: help() says why)
-        return ""
-    try:
-        signature = f"{name}{inspect.signature(value)}" if callable(value) else name
-    except (TypeError, ValueError):
-        signature = name
-    doc = inspect.getdoc(value) or ""
-    return f"```\n{signature}\n```\n\n```\n{doc}\n```" if doc else f"```\n{signature}\n```"
+# A heading that is all code (## `hookscope export`, ### `hookscope.capture`): Qt's Markdown draws it in the code
+# font at the text's size, under the headings around it; without the backticks it reads as the heading it is.
+_CODE_HEADING = re.compile(r"^(#{1,6} +)`([^`]+)`[ \t]*$", re.MULTILINE)
 
 
 class GuidePage(QTextBrowser):
@@ -70,7 +57,10 @@ class GuidePage(QTextBrowser):
             path = Path(name.toLocalFile())
             if path.suffix == ".md":
                 try:
-                    return page_text(path, self.pages, describe=describe)
+                    text = page_text(path, self.pages, describe=describe, generated=GENERATED)
+                    api = path.resolve() == (self.pages / API_REFERENCE).resolve()
+                    text = complete_api_page(text) if api else text
+                    return _CODE_HEADING.sub(r"\1\2", text)
                 except (OSError, UnicodeDecodeError) as error:
                     return f"# Page not found\n\n`{path.name}` is not part of this guide ({error.__class__.__name__})."
             if type == QTextDocument.ResourceType.ImageResource:

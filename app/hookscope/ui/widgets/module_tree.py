@@ -343,7 +343,8 @@ class ModuleTreeModel(QAbstractItemModel):
             else:
                 method = kind_hook(kind).split(":", 1)[0]  # the hook a tick registers; the header says why
                 lines.append(f"Tick to hook its {KIND_LABELS[kind].lower()} ({method})")
-        if column == SHAPE and self._survey is not None and self._survey.run_of(node.path).ran:
+        # Every cell's tooltip, not only Shape's: a narrow dock hides the Shape column (ModuleTreeView.fit_name_column)
+        if self._survey is not None and self._survey.run_of(node.path).ran:
             run = self._survey.run_of(node.path)
             lines.append(
                 f"Output in the last run ({run.calls} call{'s' if run.calls > 1 else ''}): "

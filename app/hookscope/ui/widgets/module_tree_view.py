@@ -44,6 +44,8 @@ from hookscope.ui.widgets.module_tree import (
 )
 
 NAME_MIN_WIDTH = 90  # the module names never narrower, however narrow the dock
+PARAMS_WIDTH = 50  # "11.7M"
+SHAPE_MIN_WIDTH = 80  # the Shape column shown from this width on (elided, its words in the tooltip)
 BOX = 13  # px side of a tick box
 # The box's outline: Fusion draws an unticked box in the window colour darkened, about 1.1:1 against the dark rows
 # (invisible); the muted text colour is about 6:1 against them.
@@ -178,24 +180,33 @@ class TickHeader(QHeaderView):
 
 
 class ModuleTreeView(QWidget):
-    """Filter box and tree; a right-click asks for the module's context menu (``menu_requested``)."""
+    """Filter box and tree; a right-click asks for the module's context menu (``menu_requested``). It takes ``model``
+    as its child, so that the model goes with the tree that shows it, after it."""
 
     menu_requested = Signal(str, QPoint)  # module path ("" for none under the mouse), global position
 
     def __init__(self, model: ModuleTreeModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
-        self.proxy = ModuleFilterProxy(self)
-        self.proxy.setSourceModel(model)
-        self.filter_box = QLineEdit()
+        self.filter_box = QLineEdit(self)
         self.filter_box.setPlaceholderText("Filter modules by name or type (Ctrl+F)")
         self.filter_box.setClearButtonEnabled(True)
-        self.filter_box.textChanged.connect(self._on_filter)
-        self.tree = QTreeView()
+        self.tree = QTreeView(self)
         self.tree.setHeader(TickHeader(self.tree))
+        # The tree goes before its models, never after: Qt deletes a widget's children in the order they became its
+        # children, so the proxy and the model are made this widget's children after the tree. A source model
+        # deleted first (it was the window's child, made before the docks) makes the proxy drop its index mapping
+        # without telling the view, whose rows then point at freed memory; the next scroll-bar clamp (the window's
+        # docks going, at exit, after the tree had been scrolled) read them and crashed the process (issue 43).
+        self.proxy = ModuleFilterProxy(self)
+        model.setParent(self)
+        self.proxy.setSourceModel(model)
+        self.filter_box.textChanged.connect(self._on_filter)
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
         self.tree.setIndentation(12)  # deep trees keep their names readable in a narrow dock
+        # A name that must give way loses its middle ("Sequ…ial"), not its end; the full path is in the tooltip.
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -208,7 +219,7 @@ class ModuleTreeView(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for column, width in ((NAME, 150), (TYPE, 104), (PARAMS, 50), (SHAPE, 110)):
+        for column, width in ((NAME, 150), (TYPE, 104), (PARAMS, PARAMS_WIDTH), (SHAPE, 110)):
             header.resizeSection(column, width)
         # The tick columns as narrow as their titles and check boxes allow, in whatever font ("Grad in" is on two
         # lines), so that in a 1024 px window the names keep 90 px beside all four.
@@ -283,29 +294,55 @@ class ModuleTreeView(QWidget):
         # Titles across where the names keep their least width beside them, else upwards over box-wide columns.
         upright = width - sum(self.tick_widths[column] for column in shown) - 4 < NAME_MIN_WIDTH
         header.set_upright(upright)
-        for column in shown:
-            header.resizeSection(column, self.check if upright else self.tick_widths[column])
-        ticks = sum(header.sectionSize(column) for column in shown)
-        self.fit_type_column()
-        room = max(NAME_MIN_WIDTH, width - ticks - 4)
-        names = min(max(header.sectionSize(NAME), NAME_MIN_WIDTH), 300, room)
-        # Where giving up under a third of the names' width shows the whole Type column (a 1920 px window), the
-        # names give it (the longest, the root's "ResNet (resnet18)", ends in "…"); in a narrower dock the names
-        # keep their width and the tree scrolls sideways to Type.
-        with_type = width - ticks - header.sectionSize(TYPE) - 4
-        if with_type < names and with_type >= max(NAME_MIN_WIDTH, int(names * 0.7)):
-            names = with_type
+        widths = {column: self.check if upright else self.tick_widths[column] for column in shown}
+        for column, tick_width in widths.items():
+            header.resizeSection(column, tick_width)
+        room = width - sum(widths.values()) - 4  # not the sections' sizes: the last one shown may be stretched
+        wanted = min(max(header.sectionSize(NAME), NAME_MIN_WIDTH), 300)
+        # Type, Params and Shape in turn, each where the names keep most of their width beside it (under a third
+        # given up, never under NAME_MIN_WIDTH); the first that does not fit and those after it are hidden, never
+        # reached by scrolling sideways (a narrow dock, 1024x700, scrolled to them): every row's tooltip says its
+        # type, parameters and output shape, and a wider dock shows them again.
+        keep = max(NAME_MIN_WIDTH, int(wanted * 0.7))
+        used, fits = 0, True
+        for column, least in ((TYPE, self.fit_type_column()), (PARAMS, PARAMS_WIDTH), (SHAPE, SHAPE_MIN_WIDTH)):
+            fits = fits and room - used - least >= keep
+            self.tree.setColumnHidden(column, not fits)
+            if fits:
+                header.resizeSection(column, least)
+                used += least
+        # The names take the rest (the last column shown stretches over what they leave); Shape, when shown, takes
+        # what is beyond the names' own width.
+        names = max(NAME_MIN_WIDTH, room - used)
+        if not self.tree.isColumnHidden(SHAPE):
+            names = min(names, max(wanted, keep))
         header.resizeSection(NAME, names)
 
-    def fit_type_column(self) -> None:
+    def width_with_type(self) -> int:
+        """The width this view needs to show the Type column beside the names and the tick columns (titles across),
+        by fit_name_column's rule: what a window with room to spare gives its dock (MainWindow.fit_docks)."""
+        names = max(self.tree.sizeHintForColumn(NAME), self.tree.header().sectionSizeHint(NAME))  # as fitted
+        wanted = min(max(names, NAME_MIN_WIDTH), 300)
+        shown = [column for column in KIND_COLUMNS.values() if not self.tree.isColumnHidden(column)]
+        ticks = sum(self.tick_widths[column] for column in shown)
+        bar = self.tree.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self.tree)
+        frame = self.width() - self.tree.maximumViewportSize().width()  # the layout's margins, the tree's frame
+        return max(NAME_MIN_WIDTH, int(wanted * 0.7)) + ticks + self.type_width() + 4 + bar + frame
+
+    def fit_type_column(self) -> int:
         """The Type column as wide as the longest type name of the whole model, folded rows too (it was 104 px:
-        "AdaptiveAvgPool2d" and "BatchNorm2d" were cut at every window size); the tree scrolls sideways to it."""
+        "AdaptiveAvgPool2d" and "BatchNorm2d" were cut at every window size); returns that width."""
+        width = self.type_width()
+        self.tree.header().resizeSection(TYPE, width)
+        return width
+
+    def type_width(self) -> int:
+        """The width that shows the longest type name of the model whole."""
         metrics = self.tree.fontMetrics()
         widest = max((metrics.horizontalAdvance(name) for name in self.model.types()), default=0)
         title = metrics.horizontalAdvance("Type")
-        header = self.tree.header()
         margin = 2 * self.tree.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self.tree) + 12
-        header.resizeSection(TYPE, max(widest, title) + margin)
+        return max(widest, title) + margin
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
