@@ -32,6 +32,8 @@ FIRST_CASES_ONLY = {
     "tests/core/test_hostile_models.py::test_the_script_says_what_is_wrong_in_one_line": 1,
     "tests/core/test_hostile_models.py::test_visualize_refuses_what_cannot_fit_before_allocating_it": 1,
     "tests/core/test_hostile_models.py::test_scan_refuses_what_cannot_fit_before_reading_an_image": 1,
+    "tests/core/test_visualize.py::test_the_objective_grows_at_least_five_fold_in_64_steps": 2,
+    "tests/core/test_hostile_models.py::test_the_script_checks_its_device_as_the_app_does": 2,
 }
 
 

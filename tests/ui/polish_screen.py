@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
     QComboBox,
+    QFileDialog,
     QInputDialog,
     QLineEdit,
     QWidget,
@@ -223,33 +225,58 @@ def main(argv: list[str] | None = None) -> int:
         memory["labels"] = [row.label.width() for row in window.predictions.rows if row.isVisible()]
         record("four kinds", checks, shot)
 
+    def maps_shown(shot: QImage) -> tuple[bool, str]:
+        """Every mosaic in view shows its picture (the parts under another window, a dialog, left out)."""
+        plots = [p for p in (check_plot(q, shot) for q in window.panel_area.panels.values()) if p is not None]
+        return (
+            bool(plots) and all(p["ratio"] >= MATCH_NEEDED for p in plots),
+            ", ".join(f"{p['panel']} {p['ratio']:.2f} of {p['checked']}" for p in plots) or "no map in sight",
+        )
+
     def file_dialog() -> None:
-        """A file dialog over the window: the feature maps around it keep their pictures."""
+        """File > Open image's real dialog (Qt's own, modal) over the window, then Escape through the X server: the
+        feature maps around it keep their pictures while it is open and after it closes (they were seen to go blank
+        behind one)."""
         seen: dict[str, tuple[bool, str]] = {}
+        window.activateWindow()
+        pause(200)
 
         def look() -> None:
             dialog = QApplication.activeModalWidget()
             if dialog is None:
                 QTimer.singleShot(200, look)
                 return
-            pause(1200)
+            seen["the real dialog opened"] = (isinstance(dialog, QFileDialog), type(dialog).__name__)
+            wait_until(lambda: QApplication.activeWindow() is dialog, 5.0)
+            pause(1200)  # its frame drawn, the window behind it repainted where it was exposed
             shot = screen_image()
-            plots = [check_plot(p, shot) for p in window.panel_area.panels.values()]
-            plots = [p for p in plots if p is not None]
-            seen["maps stay behind the dialog"] = (
-                bool(plots) and all(p["ratio"] >= MATCH_NEEDED for p in plots),
-                ", ".join(f"{p['panel']} {p['ratio']:.2f}" for p in plots) or "no map in sight",
-            )
+            seen["maps stay behind the dialog"] = maps_shown(shot)
             record("file dialog", seen, shot)
-            dialog.reject()
 
+            def still_open() -> None:  # Escape not taken: closed here, and said as a failure
+                if dialog.isVisible():
+                    forced.append(True)
+                    dialog.reject()
+
+            QTimer.singleShot(10_000, still_open)
+            pointer("key", "Escape")
+
+        forced: list[bool] = []
         QTimer.singleShot(300, look)
-        window.menus.actions["file.open_image"].trigger()  # the real Open dialog, modal until look() rejects it
+        started = time.monotonic()
+        window.menus.actions["file.open_image"].trigger()  # modal: back here once the dialog is closed
+        took = time.monotonic() - started
         settle(window, app)
+        pause(500)
         shot = screen_image()
-        plots = [p for p in (check_plot(q, shot) for q in window.panel_area.panels.values()) if p is not None]
-        record("file dialog closed", {"maps shown": (bool(plots) and all(p["ratio"] >= MATCH_NEEDED for p in plots),
-                                                     str([round(p["ratio"], 2) for p in plots]))}, shot)  # fmt: skip
+        checks = {
+            "Escape closed it": (
+                not forced and QApplication.activeModalWidget() is None,
+                f"closed {took:.1f} s after File > Open image{' by the test, not Escape' if forced else ''}",
+            ),
+            "maps shown after it closed": maps_shown(shot),
+        }
+        record("file dialog closed", checks, shot)
 
     def file_menu() -> None:
         """File opened by a click on the menu bar: the video entries greyed with no video open."""
@@ -467,6 +494,31 @@ def main(argv: list[str] | None = None) -> int:
         }
         record("in reach", {**controls_in_reach(window), **tree_fits(window), **listed}, shot)
 
+    def video_in_reach() -> None:
+        """With a video open (its frame slider and its Frozen line under the input): every control of the docks
+        open by default still in sight, Image B's row too, the slider and the input picture with them."""
+        from hookscope.ui.bench_live import write_clip
+
+        live = window.features["live"]
+        assert live.open_video(write_clip(out, frames=60), loop=True), "the video did not open"
+        start = live.shown
+        wait_until(lambda: live.shown >= start + 2, 120)
+        live.toggle_freeze()  # frozen: the longest state line, and a still screen to read
+        settle(window, app)
+        pause(500)
+        shot = screen_image()
+        bar, slot = live.bar, window.features["image_b"].slot
+        checks = {
+            **controls_in_reach(window),
+            "Open image B… in reach": whole_on_screen(slot.open_button),
+            "frame slider in sight": whole_on_screen(bar.slider),
+            "it says frozen": (whole_on_screen(bar.state)[0] and "Frozen" in bar.state.text(), bar.state.text()),
+            "the input still shows": (window.input_panel.view.height() >= 100, str(window.input_panel.view.height())),
+        }
+        record("video in reach", checks, shot)
+        live.stop()
+        settle(window, app)
+
     def default_size() -> None:
         """The window at the size it opens at (1560x980) where the screen holds it: the tree still fits its dock."""
         window.resize(1560, 980)
@@ -563,7 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         pause(500)
         record("vit", {**controls_in_reach(window), **tree_fits(window)})
 
-    steps = [in_reach, four_kinds, file_dialog, file_menu, guide, references, video, record_dialogs, lessons]
+    steps = [in_reach, four_kinds, file_dialog, file_menu, guide, references, video, record_dialogs]
+    steps += [video_in_reach, lessons]
     steps += [inspector, edit]
     if width >= 1560 and height >= 980:
         steps.append(default_size)

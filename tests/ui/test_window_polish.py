@@ -297,6 +297,25 @@ def test_at_its_default_size_the_window_gives_the_tree_room_for_its_type_column(
     assert window.dock("modules").width() <= 1560 // 4
 
 
+def test_the_type_column_has_its_room_when_the_first_model_loads_after_the_window_shows(qtbot, qapp) -> None:
+    """Seen on the X server at 1920x1080: the window showed (and fitted its docks) before its first model had
+    loaded, when the tree had no type names to measure, so the Modules dock stayed too narrow for Type. The first
+    model's arrival fits the docks again."""
+    from hookscope.ui.main_window import MainWindow
+    from hookscope.ui.widgets.module_tree import TYPE
+
+    window = MainWindow(weights="none")
+    qtbot.addWidget(window)
+    window.resize(1560, 980)
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        window.show()
+    qapp.processEvents()
+    tree = window.tree_view.tree
+    assert window.tree_model.types() and not tree.isColumnHidden(TYPE)
+    assert tree.horizontalScrollBar().maximum() == 0
+    window.close()
+
+
 def test_the_interventions_list_fits_a_narrow_dock(window, qapp) -> None:
     """At 1024x700 the Interventions list scrolled sideways to its Spec column ("Inte" of the description shown).
     Now description and spec share the dock's width, and each row's tooltip holds both."""

@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
         self._paste_count = 0
         self._side_views_sized = False
         self._docks_fitted = False
+        self._fitted_to_a_model = False
         self._fitted_size: QSize | None = None  # the size _fit_into_screen chose, until the first show
 
         self.workspace = space = Workspace(weights, device, ticks, self, tick_kinds)
@@ -320,6 +321,9 @@ class MainWindow(QMainWindow):
     def _on_model_changed(self, _outcome: LoadOutcome) -> None:
         self._docks["channel"].setVisible(False)  # nothing of the old model's run stays (the views clear their own)
         self._update_title()
+        if self._docks_fitted and not self._layout_restored and not self._fitted_to_a_model:
+            self._fitted_to_a_model = True  # once: a later switch keeps the columns as the person left them
+            self.fit_docks()  # the tree's Type column asks for its model's type names (the first load ends after show)
 
     def _on_hooks_changed(self, changes: list[tuple[str, str, bool]]) -> None:
         shown = self.channel_view.picture

@@ -25,7 +25,7 @@ import time
 from PIL import Image
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QSlider, QWidget
 
 from hookscope.core.common.errors import HookscopeError
 from hookscope.core.engine.hooks import OUTPUT_GRADIENT_KINDS
@@ -45,7 +45,6 @@ from hookscope.ui.host import Host
 from hookscope.ui.state.requests import ImageSource, RunOutcome
 from hookscope.ui.state.workspace import Workspace
 from hookscope.ui.widgets.disposal import dispose
-from hookscope.ui.widgets.wrapped_label import WrappedLabel
 from hookscope.ui.words import window_words
 
 RECORD_FILTER = "MP4 video (*.mp4);;AVI video, MJPG (*.avi)"
@@ -63,30 +62,34 @@ RATES_EVERY_S = 1.0
 DUE_WAIT_S = 0.01
 
 
+FROZEN, PLAYING = "Frozen", "▶ Playing"  # the video bar's state, a word (the keys: its tooltip)
+
+
 class VideoBar(QWidget):
-    """Under the input while a video or camera plays: whether it plays or is frozen (the status bar's rates stop
-    while it is), and for a file a slider over its frames and which frame is on screen."""
+    """Under the input while a video or camera plays, on one row: whether it plays or is frozen (the status bar's
+    rates stop while it is, and say the keys), and for a file a slider over its frames and which frame is on screen.
+
+    One row, a word for the state: at 1024x700 the state's sentence (two lines in a narrow dock) and the slider's
+    row under it pushed Image B's row out of the Input dock's sight."""
 
     under_image = True  # the input panel puts it right under the picture, in sight in a short dock
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("videoBar")
-        self.state = WrappedLabel("")  # wrapped: one long line widened the Input dock into a sideways scroll
+        self.state = QLabel("")
         self.state.setObjectName("videoState")
+        # as wide as the wider of its two words: the slider does not jump when Space toggles them
+        self.state.setMinimumWidth(max(self.state.fontMetrics().horizontalAdvance(w) for w in (FROZEN, PLAYING)))
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setToolTip("Drag to any frame of the video (it freezes there; Space plays on from it)")
         self.label = QLabel("")
         self.label.setObjectName("muted")
-        line = QHBoxLayout()
-        line.setContentsMargins(0, 0, 0, 0)
+        line = QHBoxLayout(self)
+        line.setContentsMargins(0, 4, 0, 0)
+        line.addWidget(self.state)
         line.addWidget(self.slider, 1)
         line.addWidget(self.label)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 4, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.state)
-        layout.addLayout(line)
         self.setVisible(False)
 
     def show_frame(self, index: int, count: int | None) -> None:
@@ -98,7 +101,8 @@ class VideoBar(QWidget):
     def show_state(self, frozen: bool, is_file: bool) -> None:
         steps = "; . and , step" if is_file else ""
         # words, no pause sign: the usual fonts of a Linux desktop lack one (it showed as a box at 1024x700)
-        self.state.setText(f"Frozen on this frame (Space plays{steps})" if frozen else "▶ Playing (Space freezes)")
+        self.state.setText(FROZEN if frozen else PLAYING)
+        self.state.setToolTip(f"Frozen on this frame (Space plays{steps})" if frozen else "Playing (Space freezes)")
 
 
 class LiveFeature(QObject):
