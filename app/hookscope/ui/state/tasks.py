@@ -147,7 +147,7 @@ class Task(QObject):
             self.failed.emit(error)
 
     @Slot()
-    def _on_finished(self) -> None:
+    def _on_finished(self, *_: object) -> None:  # superqt's finished carries nothing (its stubs vary by Qt)
         self._end()
 
 

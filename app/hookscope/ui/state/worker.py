@@ -309,7 +309,7 @@ class _Relay(QObject):
         self.runner._on_errored(self, error)
 
     @Slot()
-    def on_finished(self) -> None:
+    def on_finished(self, *_: object) -> None:  # superqt's finished carries nothing (its stubs vary by Qt)
         self.runner._on_finished(self)
 
 

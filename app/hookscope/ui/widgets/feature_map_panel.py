@@ -341,7 +341,9 @@ class FeatureMapPanel(QFrame):
 
     def plot_widget(self) -> QWidget:
         """The pyqtgraph view on show (the mosaic's, or the bar plot's), or the message label."""
-        return self._stack.currentWidget()
+        shown = self._stack.currentWidget()
+        assert shown is not None  # the stack is made with its pages and never emptied
+        return shown
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)

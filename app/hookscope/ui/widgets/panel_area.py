@@ -425,7 +425,8 @@ class PanelArea(QScrollArea):
         in). A popped-out panel is always in view; a page not laid out yet shows everything."""
         if panel.ident in self.docks:
             return True
-        if not self.isVisible() or not panel.isVisibleTo(self.widget()):
+        page = self.widget()
+        if page is None or not self.isVisible() or not panel.isVisibleTo(page):
             return True  # the page, or this panel, not laid out yet: no telling where it will be
         viewport = self.viewport()
         margin = round(viewport.height() * ahead)
@@ -435,7 +436,7 @@ class PanelArea(QScrollArea):
             viewport.width(),
             viewport.height() + 2 * margin,
         )
-        return seen.intersects(QRect(panel.mapTo(self.widget(), QPoint(0, 0)), panel.size()))
+        return seen.intersects(QRect(panel.mapTo(page, QPoint(0, 0)), panel.size()))
 
     def hidden_idents(self, ahead: float = 1.0) -> frozenset[tuple[str, str]]:
         """The panels out of view (more than ``ahead`` pages away): a run leaves their pictures until they scroll
