@@ -136,6 +136,7 @@ def _run_on_a_terminal(args: list[str], timeout: float = 300) -> tuple[int, str,
     return status, got.decode(errors="replace"), b"".join(stdout).decode()
 
 
+@pytest.mark.slow  # a whole export on a pseudo-terminal; the redraw itself is checked in the default run
 def test_export_image_on_a_terminal_redraws_one_line_and_an_error_starts_its_own(tmp_path):
     out = tmp_path / "o"
     status, terminal, stdout = _run_on_a_terminal(["export", "--weights", "none", "--image", SAMPLE, "--layers",
@@ -176,6 +177,7 @@ def test_export_images_reports_images_rate_and_time_left(tmp_path):
     assert lines[-1].startswith("export: 4/4 images (100%), ") and "done in" in lines[-1]
 
 
+@pytest.mark.slow  # all nine lessons again; export's progress lines are checked in the default run
 def test_lessons_run_all_shows_its_progress_between_the_lessons(capsys):
     code = main(["lessons", "--run-all", "--weights", "none", "--size", "32"])
     captured = capsys.readouterr()

@@ -65,6 +65,7 @@ def test_an_empty_frame_range_is_refused(clip, tmp_path, capsys) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # SIGTERM on live is checked in the default run (test_sigterm_stops_live_with_one_line)
 def test_sigterm_ends_export_video_keeping_whole_frames_only(clip, tmp_path) -> None:
     """Issue 46: SIGTERM had no handler (exit -15, no word) and Ctrl-C left frame-000011/ with arrays and no
     manifest."""

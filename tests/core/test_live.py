@@ -310,6 +310,7 @@ def test_live_record_refuses_a_bad_name_before_the_model(videos, tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "give a .mp4 or .avi" in done.stderr
 
 
+@pytest.mark.slow  # recording is checked in the default run (test_live_records_what_was_seen_as_a_video)
 def test_live_records_grad_cam_beside_the_input(videos, tmp_path):
     out = tmp_path / "cam.mp4"
     done = hookscope("live", "--video", str(videos["avi"]), "--layers", "layer2", "--hooks", "forward,tensor",
