@@ -66,6 +66,7 @@ def test_visualize_stops_on_sigterm_like_ctrl_c_and_keeps_the_picture_so_far(tmp
     assert Image.open(out).size == (32, 32)
 
 
+@pytest.mark.slow  # SIGTERM during export is checked in the default run (test_hostile_signals.py)
 def test_export_images_stops_on_sigterm_keeps_the_finished_images_and_resumes(tmp_path):
     folder, out = _images(tmp_path / "in", 12), tmp_path / "o"
     args = ["export", "--weights", "none", "--images", str(folder), "--layers", "conv1", "--no-png", "--out", str(out)]

@@ -328,6 +328,7 @@ def test_without_transformers_the_name_is_refused_in_one_line(monkeypatch):
         hub_models.check_hub_name("hf:google/vit-base-patch16-224")
 
 
+@pytest.mark.slow  # the window's CLIP text target runs in the default run (tests/ui/test_seg_det_window.py)
 def test_a_text_target_on_a_clip_model_is_the_cosine_to_the_texts_embedding(hub, tmp_path):
     """--target text:PROMPT through the command line on a CLIP-like model from the Hub: the manifest's objective is
     the cosine similarity of the image's embedding to the prompt's, and the input gradient is its gradient."""

@@ -326,6 +326,7 @@ def test_live_records_grad_cam_beside_the_input(videos, tmp_path):
     )
 
 
+@pytest.mark.slow  # recording is checked in the default run
 def test_a_background_recorder_draws_and_writes_off_the_callers_thread(loaded, videos, tmp_path):
     results = []
 

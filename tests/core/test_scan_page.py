@@ -208,6 +208,7 @@ def test_progress_on_a_terminal_is_one_line_with_the_time_left():
     assert terminal.text.endswith("\n") and not show.drawn
 
 
+@pytest.mark.slow  # the scan's stop and resume run in the default run (test_scan.py's Ctrl-C)
 def test_sigterm_writes_the_checkpoint_and_exits_143_with_one_line(tmp_path):
     """A real SIGTERM to a real process: it stops at a batch boundary as Ctrl-C does, keeps its checkpoint, says
     so in one line and exits 143; --resume finishes the scan."""
