@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from attention_models import OpaqueAttention
 from PIL import Image
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -281,17 +282,6 @@ def test_multihead_attention_weights_equal_its_own_per_head_weights():
 
 
 # ---- what cannot be captured is said -----------------------------------------------------------------------------
-class OpaqueAttention(nn.Module):
-    """A custom attention whose weights never appear as a softmax (a stand-in for a kernel with no eager form)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x).sigmoid() * x
-
-
 class Opaque(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_models import OpaqueAttention
 from PySide6.QtCore import Qt
 from torch import nn
 
@@ -16,17 +17,6 @@ from hookscope.ui.widgets.module_tree_view import ModuleTreeView
 
 RUN_TIMEOUT_MS = 120_000
 CHECKED = Qt.CheckState.Checked
-
-
-class OpaqueAttention(nn.Module):
-    """An attention module whose weights never appear as a softmax."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x).sigmoid() * x
 
 
 class TwoAttentions(nn.Module):
